@@ -1,0 +1,524 @@
+//! The changelog file format, byte-compatible with Apache Flink 2.x `StateChangeFormat`.
+//!
+//! This module is the only place that knows the layout (spec §6):
+//!
+//! ```text
+//! file        := flag:u8 body                 flag 0x00 = plain, 0x01 = Snappy framed
+//! body        := L | snappy_framed(L)         one framed stream for all of L
+//! L (logical) := changeSetBlock*              handle offsets point into L
+//! changeSetBlock := groupCount:i32 group{groupCount}
+//! group       := changeCount:i32 keyGroup:i32 change{changeCount}
+//! change      := length:i32 payload[length]
+//! ```
+//!
+//! All integers are big-endian `i32`. Decoding never trusts a length: every count and
+//! length is checked against the bytes that remain before anything is sized by it.
+
+use std::io::{Read, Write};
+
+/// Key group of a metadata change.
+pub const META_KEY_GROUP: i32 = -1;
+
+/// Flag byte of an uncompressed file.
+pub const FLAG_PLAIN: u8 = 0;
+/// Flag byte of a Snappy-framed file.
+pub const FLAG_SNAPPY: u8 = 1;
+
+/// A decoded change; key group [`META_KEY_GROUP`] marks metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Key group, or -1 for metadata.
+    pub key_group: i32,
+    /// The payload.
+    pub value: Vec<u8>,
+}
+
+/// Why bytes could not be decoded. Offsets are logical (after the flag byte).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// The file has no flag byte.
+    #[error("empty file: no compression flag byte")]
+    Empty,
+    /// The flag byte is neither 0 nor 1.
+    #[error("unknown compression flag {0:#04x} (expected 0x00 or 0x01)")]
+    UnknownFlag(u8),
+    /// The Snappy framed stream is malformed.
+    #[error("corrupt snappy framed stream: {0}")]
+    Snappy(String),
+    /// An offset lies beyond the logical bytes.
+    #[error("offset {offset} is beyond the logical length {len}")]
+    OffsetOutOfRange {
+        /// The requested offset.
+        offset: u64,
+        /// Logical length of the file.
+        len: u64,
+    },
+    /// A block ends before its declared content.
+    #[error("truncated change set at logical position {position}: need {needed} more bytes, {available} left")]
+    Truncated {
+        /// Where the read started.
+        position: u64,
+        /// Bytes the field needs.
+        needed: u64,
+        /// Bytes that remain.
+        available: u64,
+    },
+    /// A count or length is negative or cannot fit in what remains.
+    #[error("invalid {what} {value} at logical position {position}")]
+    InvalidField {
+        /// Which field.
+        what: &'static str,
+        /// Its value.
+        value: i64,
+        /// Where it stands.
+        position: u64,
+    },
+}
+
+/// An open change set: changes stored packed (one byte buffer and one small entry per
+/// change), so appending allocates nothing per change.
+#[derive(Debug, Default, Clone)]
+pub struct ChangeSetBuilder {
+    data: Vec<u8>,
+    entries: Vec<(i32, u32, u32)>,
+}
+
+impl ChangeSetBuilder {
+    /// Adds a change. The caller has validated the key group and that `value.len()` fits
+    /// in an `i32`.
+    pub fn push(&mut self, key_group: i32, value: &[u8]) {
+        let start = self.data.len() as u32;
+        self.data.extend_from_slice(value);
+        self.entries.push((key_group, start, value.len() as u32));
+    }
+
+    /// Number of changes.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no change was added.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Payload bytes (the sum of value lengths).
+    pub fn payload_size(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Encodes the change set as one block and leaves the builder empty.
+    ///
+    /// Groups are written metadata first, then by ascending key group; changes keep their
+    /// append order within a group. Flink writes groups in `HashMap` order, which readers
+    /// must not rely on; ascending order coincides with it for the small cases the spec pins.
+    pub fn encode(&mut self) -> Vec<u8> {
+        // A stable sort keeps the append order within a key group; -1 sorts first.
+        self.entries.sort_by_key(|e| e.0);
+        let groups = count_groups(&self.entries);
+        let mut out =
+            Vec::with_capacity(4 + groups * 8 + self.entries.len() * 4 + self.data.len());
+        out.extend_from_slice(&(groups as i32).to_be_bytes());
+        let mut i = 0;
+        while i < self.entries.len() {
+            let key_group = self.entries[i].0;
+            let end = i + self.entries[i..]
+                .iter()
+                .take_while(|e| e.0 == key_group)
+                .count();
+            out.extend_from_slice(&((end - i) as i32).to_be_bytes());
+            out.extend_from_slice(&key_group.to_be_bytes());
+            for &(_, start, len) in &self.entries[i..end] {
+                out.extend_from_slice(&(len as i32).to_be_bytes());
+                out.extend_from_slice(&self.data[start as usize..(start + len) as usize]);
+            }
+            i = end;
+        }
+        self.data.clear();
+        self.entries.clear();
+        out
+    }
+}
+
+fn count_groups(sorted: &[(i32, u32, u32)]) -> usize {
+    let mut groups = 0;
+    let mut last = None;
+    for e in sorted {
+        if last != Some(e.0) {
+            groups += 1;
+            last = Some(e.0);
+        }
+    }
+    groups
+}
+
+/// Encodes changes given as `(key group, value)` into one change-set block.
+pub fn encode_change_set<'a>(changes: impl IntoIterator<Item = (i32, &'a [u8])>) -> Vec<u8> {
+    let mut builder = ChangeSetBuilder::default();
+    for (key_group, value) in changes {
+        builder.push(key_group, value);
+    }
+    builder.encode()
+}
+
+/// Writes a changelog file: the flag byte, then the logical stream, plain or Snappy framed.
+///
+/// `position` counts logical bytes written so far; it is the offset the next change-set
+/// block will have.
+pub struct FileWriter<W: Write> {
+    body: Body<W>,
+    position: u64,
+}
+
+enum Body<W: Write> {
+    Plain(W),
+    Snappy(snap::write::FrameEncoder<W>),
+}
+
+impl<W: Write> FileWriter<W> {
+    /// Starts a file on `out`, writing the flag byte.
+    pub fn new(mut out: W, compression: bool) -> std::io::Result<Self> {
+        let body = if compression {
+            out.write_all(&[FLAG_SNAPPY])?;
+            Body::Snappy(snap::write::FrameEncoder::new(out))
+        } else {
+            out.write_all(&[FLAG_PLAIN])?;
+            Body::Plain(out)
+        };
+        Ok(Self { body, position: 0 })
+    }
+
+    /// Logical bytes written so far: the offset of the next block.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Appends one encoded change-set block and returns its logical offset.
+    pub fn write_block(&mut self, block: &[u8]) -> std::io::Result<u64> {
+        let offset = self.position;
+        match &mut self.body {
+            Body::Plain(w) => w.write_all(block)?,
+            Body::Snappy(w) => w.write_all(block)?,
+        }
+        self.position += block.len() as u64;
+        Ok(offset)
+    }
+
+    /// Ends the stream (flushing the last Snappy chunk) and returns the writer.
+    pub fn finish(self) -> std::io::Result<W> {
+        match self.body {
+            Body::Plain(mut w) => {
+                w.flush()?;
+                Ok(w)
+            }
+            Body::Snappy(w) => w
+                .into_inner()
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        }
+    }
+}
+
+/// Turns the bytes of a whole changelog file into its logical stream.
+///
+/// A plain file's logical bytes are borrowed; a compressed one is decompressed once.
+pub fn logical_bytes(file: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, FormatError> {
+    match file.split_first() {
+        None => Err(FormatError::Empty),
+        Some((&FLAG_PLAIN, rest)) => Ok(std::borrow::Cow::Borrowed(rest)),
+        Some((&FLAG_SNAPPY, rest)) => {
+            let mut out = Vec::new();
+            snap::read::FrameDecoder::new(rest)
+                .read_to_end(&mut out)
+                .map_err(|e| FormatError::Snappy(e.to_string()))?;
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        Some((&flag, _)) => Err(FormatError::UnknownFlag(flag)),
+    }
+}
+
+/// A change-set block located in a logical stream; yields its changes in file order
+/// (metadata first, then group by group).
+pub struct ChangeSetReader<'a> {
+    input: &'a [u8],
+    pos: usize,
+    groups_left: u32,
+    changes_left: u32,
+    key_group: i32,
+}
+
+impl<'a> ChangeSetReader<'a> {
+    /// Opens the block at `offset` of `logical`.
+    pub fn new(logical: &'a [u8], offset: u64) -> Result<Self, FormatError> {
+        if offset > logical.len() as u64 {
+            return Err(FormatError::OffsetOutOfRange {
+                offset,
+                len: logical.len() as u64,
+            });
+        }
+        let mut reader = Self {
+            input: logical,
+            pos: offset as usize,
+            groups_left: 0,
+            changes_left: 0,
+            key_group: 0,
+        };
+        let groups = reader.read_count("group count", 8)?;
+        reader.groups_left = groups;
+        Ok(reader)
+    }
+
+    /// Logical position just past what was read so far.
+    pub fn position(&self) -> u64 {
+        self.pos as u64
+    }
+
+    fn remaining(&self) -> usize {
+        self.input.len() - self.pos
+    }
+
+    fn read_i32(&mut self) -> Result<i32, FormatError> {
+        let Some(bytes) = self.input.get(self.pos..self.pos + 4) else {
+            return Err(FormatError::Truncated {
+                position: self.pos as u64,
+                needed: 4,
+                available: self.remaining() as u64,
+            });
+        };
+        self.pos += 4;
+        Ok(i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    /// Reads a count whose every unit needs at least `min_unit` more bytes, so a count the
+    /// remaining bytes cannot hold is rejected before anything is sized by it.
+    fn read_count(&mut self, what: &'static str, min_unit: usize) -> Result<u32, FormatError> {
+        let position = self.pos as u64;
+        let value = self.read_i32()?;
+        if value < 0 || (value as usize).saturating_mul(min_unit) > self.remaining() {
+            return Err(FormatError::InvalidField {
+                what,
+                value: value as i64,
+                position,
+            });
+        }
+        Ok(value as u32)
+    }
+
+    /// The next change, `None` at the end of the block.
+    pub fn next_change(&mut self) -> Result<Option<Change>, FormatError> {
+        while self.changes_left == 0 {
+            if self.groups_left == 0 {
+                return Ok(None);
+            }
+            self.groups_left -= 1;
+            let changes = self.read_count("change count", 4)?;
+            self.key_group = self.read_i32()?;
+            if self.key_group < META_KEY_GROUP {
+                return Err(FormatError::InvalidField {
+                    what: "key group",
+                    value: self.key_group as i64,
+                    position: self.pos as u64 - 4,
+                });
+            }
+            self.changes_left = changes;
+        }
+        let position = self.pos as u64;
+        let len = self.read_i32()?;
+        if len < 0 {
+            return Err(FormatError::InvalidField {
+                what: "value length",
+                value: len as i64,
+                position,
+            });
+        }
+        let len = len as usize;
+        if len > self.remaining() {
+            return Err(FormatError::Truncated {
+                position: self.pos as u64,
+                needed: len as u64,
+                available: self.remaining() as u64,
+            });
+        }
+        let value = self.input[self.pos..self.pos + len].to_vec();
+        self.pos += len;
+        self.changes_left -= 1;
+        Ok(Some(Change {
+            key_group: self.key_group,
+            value,
+        }))
+    }
+}
+
+impl Iterator for ChangeSetReader<'_> {
+    type Item = Result<Change, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_change() {
+            Ok(Some(change)) => Some(Ok(change)),
+            Ok(None) => None,
+            Err(e) => {
+                // Stop after the first error: nothing after it can be trusted.
+                self.groups_left = 0;
+                self.changes_left = 0;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Decodes the change-set block at `offset` of `logical` into its changes.
+pub fn decode_change_set(logical: &[u8], offset: u64) -> Result<Vec<Change>, FormatError> {
+    ChangeSetReader::new(logical, offset)?.collect()
+}
+
+/// Writes a whole file holding `blocks` in order; returns the bytes and each block's offset.
+pub fn encode_file(blocks: &[Vec<u8>], compression: bool) -> std::io::Result<(Vec<u8>, Vec<u64>)> {
+    let mut writer = FileWriter::new(Vec::new(), compression)?;
+    let offsets = blocks
+        .iter()
+        .map(|b| writer.write_block(b))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok((writer.finish()?, offsets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The worked example of spec §6.2.
+    fn example_blocks() -> Vec<Vec<u8>> {
+        vec![
+            encode_change_set([
+                (5, &[1u8, 2][..]),
+                (META_KEY_GROUP, &[0x4d][..]),
+                (2, &[0xaa][..]),
+                (5, &[3][..]),
+            ]),
+            encode_change_set([(7, &[0xbb, 0xcc][..])]),
+        ]
+    }
+
+    const EXAMPLE_PLAIN: [u8; 68] = [
+        0x00, // flag
+        0, 0, 0, 3, // 3 groups
+        0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0x4d, // meta
+        0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0xaa, // kg 2
+        0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 2, 1, 2, 0, 0, 0, 1, 3, // kg 5
+        0, 0, 0, 1, // 1 group
+        0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 2, 0xbb, 0xcc, // kg 7
+    ];
+
+    #[test]
+    fn worked_example_bytes_are_exact() {
+        let (file, offsets) = encode_file(&example_blocks(), false).unwrap();
+        assert_eq!(file, EXAMPLE_PLAIN);
+        assert_eq!(offsets, vec![0, 49]);
+    }
+
+    #[test]
+    fn worked_example_reads_back_metadata_first() {
+        let logical = logical_bytes(&EXAMPLE_PLAIN).unwrap();
+        assert_eq!(logical.len(), 67);
+        let mut all = decode_change_set(&logical, 0).unwrap();
+        all.extend(decode_change_set(&logical, 49).unwrap());
+        let got: Vec<(i32, Vec<u8>)> = all.into_iter().map(|c| (c.key_group, c.value)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (-1, vec![0x4d]),
+                (2, vec![0xaa]),
+                (5, vec![1, 2]),
+                (5, vec![3]),
+                (7, vec![0xbb, 0xcc])
+            ]
+        );
+    }
+
+    #[test]
+    fn flink_compressed_example_decodes() {
+        // Spec §6.2: the same data as written by Flink with compression on.
+        let mut file = vec![0x01, 0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59];
+        file.extend_from_slice(&[0x00, 0x3c, 0x00, 0x00, 0x7a, 0x3c, 0x7c, 0x55]);
+        file.extend_from_slice(&[
+            0x43, 0x2c, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x01, 0xff, 0xff, 0xff, 0xff,
+            0x01, 0x08, 0x00, 0x4d, 0x01, 0x05, 0x0c, 0x00, 0x00, 0x00, 0x02, 0x01, 0x08, 0x00,
+            0xaa, 0x0d, 0x09, 0x00, 0x05, 0x01, 0x08, 0x00, 0x01, 0x05, 0x13, 0x05, 0x2d, 0x34,
+            0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x02, 0xbb, 0xcc,
+        ]);
+        assert_eq!(file.len(), 75);
+        let logical = logical_bytes(&file).unwrap();
+        assert_eq!(&logical[..], &EXAMPLE_PLAIN[1..]);
+    }
+
+    #[test]
+    fn compressed_round_trip_has_same_offsets() {
+        let (file, offsets) = encode_file(&example_blocks(), true).unwrap();
+        assert_eq!(file[0], FLAG_SNAPPY);
+        assert_eq!(&file[1..11], &[0xff, 6, 0, 0, b's', b'N', b'a', b'P', b'p', b'Y']);
+        assert_eq!(offsets, vec![0, 49]);
+        assert_eq!(&logical_bytes(&file).unwrap()[..], &EXAMPLE_PLAIN[1..]);
+    }
+
+    #[test]
+    fn empty_change_set_reads_as_nothing() {
+        assert_eq!(decode_change_set(&[0, 0, 0, 0], 0).unwrap(), vec![]);
+        assert_eq!(encode_change_set([]), vec![0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn corrupt_input_is_a_typed_error() {
+        assert_eq!(logical_bytes(&[]), Err(FormatError::Empty));
+        assert_eq!(logical_bytes(&[7, 1]), Err(FormatError::UnknownFlag(7)));
+        assert!(matches!(
+            logical_bytes(&[1, 0xff, 6, 0, 0, b'x']),
+            Err(FormatError::Snappy(_))
+        ));
+        assert!(matches!(
+            decode_change_set(&EXAMPLE_PLAIN[1..], 68),
+            Err(FormatError::OffsetOutOfRange { offset: 68, len: 67 })
+        ));
+        // A huge group count is refused before anything is sized by it.
+        assert!(matches!(
+            decode_change_set(&[0x7f, 0xff, 0xff, 0xff], 0),
+            Err(FormatError::InvalidField { what: "group count", .. })
+        ));
+        // A negative value length.
+        let bad = [0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0xff, 0xff, 0xff, 0xfe];
+        assert!(matches!(
+            decode_change_set(&bad, 0),
+            Err(FormatError::InvalidField { what: "value length", value: -2, .. })
+        ));
+        // Every strict prefix of a valid block fails cleanly.
+        let block = &EXAMPLE_PLAIN[1..50];
+        for cut in 0..block.len() {
+            assert!(decode_change_set(&block[..cut], 0).is_err(), "prefix {cut}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), offset in 0u64..600) {
+            if let Ok(logical) = logical_bytes(&bytes) {
+                let _ = decode_change_set(&logical, offset);
+            }
+            let _ = decode_change_set(&bytes, offset);
+        }
+
+        #[test]
+        fn round_trip_keeps_per_key_group_order(
+            changes in proptest::collection::vec((-1i32..20, proptest::collection::vec(any::<u8>(), 0..40)), 0..60),
+            compression in any::<bool>(),
+        ) {
+            let block = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
+            let (file, offsets) = encode_file(&[block.clone(), block], compression).unwrap();
+            let logical = logical_bytes(&file).unwrap();
+            for offset in offsets {
+                let got = decode_change_set(&logical, offset).unwrap();
+                let mut expected = changes.clone();
+                expected.sort_by_key(|c| c.0);
+                let got: Vec<(i32, Vec<u8>)> = got.into_iter().map(|c| (c.key_group, c.value)).collect();
+                prop_assert_eq!(got, expected);
+            }
+        }
+    }
+}

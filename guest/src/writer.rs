@@ -1,0 +1,716 @@
+//! The writer: a deterministic, sans-IO state machine with the semantics of Flink's
+//! `FsStateChangelogWriter` (spec §2), minus its known holes (spec §12).
+//!
+//! Every effect goes through [`Effects`]; the component implements it with host imports,
+//! unit tests with a recording fake. Nothing here reads a clock, spawns or does I/O.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::codec::{ChangeSetBuilder, META_KEY_GROUP};
+use crate::types::*;
+
+/// Everything the writer asks of its environment.
+pub trait Effects {
+    /// Queues an upload; `Err` means it was not accepted and no outcome will follow.
+    fn schedule(&mut self, task: UploadTask) -> Result<(), String>;
+    /// The writer no longer needs one change set in this file.
+    fn release(&mut self, handle: &StreamHandle);
+    /// Ownership of this file moved to a confirmed checkpoint.
+    fn stop_tracking(&mut self, handle: &StreamHandle);
+    /// A local file is used by `checkpoint`.
+    fn local_register(&mut self, handle: &StreamHandle, checkpoint: CheckpointId);
+    /// Deletes local files last used below `checkpoint`; returns their paths.
+    fn local_discard_up_to(&mut self, checkpoint: CheckpointId) -> Vec<String>;
+    /// A log line.
+    fn log(&mut self, level: Level, message: &str);
+}
+
+/// A persist waiting for uploads (Flink's `UploadCompletionListener`).
+struct Listener {
+    /// `None` for pre-emptive persists, which nobody awaits.
+    ticket: Option<u64>,
+    from: SequenceNumber,
+    to: SequenceNumber,
+    checkpoint: CheckpointId,
+    results: BTreeMap<SequenceNumber, UploadResult>,
+    /// Payload bytes uploaded for this persist. Unlike Flink (§12.11) this counts every
+    /// upload that contributes, not only the one that completes the listener.
+    incremental_size: u64,
+}
+
+impl Listener {
+    fn wants(&self, sqn: SequenceNumber) -> bool {
+        self.from <= sqn && sqn < self.to
+    }
+
+    fn is_complete(&self) -> bool {
+        self.results.len() as u64 == self.to - self.from
+    }
+}
+
+struct InFlight {
+    sequence_numbers: Vec<SequenceNumber>,
+    checkpoint: CheckpointId,
+}
+
+/// One operator's writer.
+pub struct Writer {
+    config: WriterConfig,
+    active_sqn: SequenceNumber,
+    lowest_sqn: SequenceNumber,
+    highest_sqn: SequenceNumber,
+    active: ChangeSetBuilder,
+    not_uploaded: BTreeMap<SequenceNumber, ChangeSetBlock>,
+    uploaded: BTreeMap<SequenceNumber, UploadResult>,
+    in_flight: HashMap<u64, InFlight>,
+    listeners: Vec<Listener>,
+    highest_failed: Option<(SequenceNumber, String)>,
+    closed: bool,
+    next_ticket: u64,
+    next_task: u64,
+}
+
+impl Writer {
+    /// A new writer at sequence number 0.
+    pub fn new(config: WriterConfig) -> Result<Self, WriterError> {
+        let range = config.key_group_range;
+        if range.start < 0 || range.start > range.end {
+            return Err(WriterError::InvalidArgument(format!(
+                "invalid key-group range [{}, {}] for writer {}: need 0 <= start <= end",
+                range.start, range.end, config.name
+            )));
+        }
+        Ok(Self {
+            config,
+            active_sqn: 0,
+            lowest_sqn: 0,
+            highest_sqn: u64::MAX,
+            active: ChangeSetBuilder::default(),
+            not_uploaded: BTreeMap::new(),
+            uploaded: BTreeMap::new(),
+            in_flight: HashMap::new(),
+            listeners: Vec::new(),
+            highest_failed: None,
+            closed: false,
+            next_ticket: 0,
+            next_task: 0,
+        })
+    }
+
+    /// The configuration the writer was created with.
+    pub fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
+    /// Always 0.
+    pub fn initial_sequence_number(&self) -> SequenceNumber {
+        0
+    }
+
+    /// Closes the open change set if it holds anything, then returns the active number.
+    /// Works after close too (the number is frozen then).
+    pub fn next_sequence_number(&mut self) -> SequenceNumber {
+        self.rollover();
+        self.active_sqn
+    }
+
+    fn ensure_open(&self, operation: &str) -> Result<(), WriterError> {
+        if self.closed {
+            // Flink ignores appends after close with a warning (FLINK-30729) and returns
+            // persists that never complete (§12.7); a typed error tells the caller.
+            return Err(WriterError::Closed(format!(
+                "{operation} on writer {} after it was closed",
+                self.config.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_data_key_group(&self, key_group: i32) -> Result<(), WriterError> {
+        if key_group < 0 {
+            return Err(WriterError::InvalidArgument(format!(
+                "key group {key_group} is negative; metadata changes go through append-meta"
+            )));
+        }
+        self.check_in_range(key_group)
+    }
+
+    fn check_in_range(&self, key_group: i32) -> Result<(), WriterError> {
+        let range = self.config.key_group_range;
+        if key_group != META_KEY_GROUP && !range.contains(key_group) {
+            return Err(WriterError::InvalidArgument(format!(
+                "key group {key_group} is outside the key-group range [{}, {}] of writer {}",
+                range.start, range.end, self.config.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_length(len: usize) -> Result<(), WriterError> {
+        if len > i32::MAX as usize {
+            return Err(WriterError::InvalidArgument(format!(
+                "value of {len} bytes exceeds the format's limit of {} bytes",
+                i32::MAX
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends a data change.
+    pub fn append(
+        &mut self,
+        fx: &mut impl Effects,
+        key_group: i32,
+        value: &[u8],
+    ) -> Result<(), WriterError> {
+        self.ensure_open("append")?;
+        self.check_data_key_group(key_group)?;
+        Self::check_length(value.len())?;
+        self.push(fx, key_group, value)
+    }
+
+    /// Appends a metadata change.
+    pub fn append_meta(&mut self, fx: &mut impl Effects, value: &[u8]) -> Result<(), WriterError> {
+        self.ensure_open("append-meta")?;
+        Self::check_length(value.len())?;
+        self.push(fx, META_KEY_GROUP, value)
+    }
+
+    /// Appends packed columns; key group -1 marks metadata. Validates the whole batch
+    /// before appending anything, then behaves exactly like one append per change
+    /// (including where pre-emptive persists happen).
+    pub fn append_batch(
+        &mut self,
+        fx: &mut impl Effects,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data: &[u8],
+    ) -> Result<(), WriterError> {
+        self.ensure_open("append-batch")?;
+        if key_groups.len() != lengths.len() {
+            return Err(WriterError::InvalidArgument(format!(
+                "packed batch has {} key groups but {} lengths",
+                key_groups.len(),
+                lengths.len()
+            )));
+        }
+        let total: u64 = lengths.iter().map(|&l| l as u64).sum();
+        if total != data.len() as u64 {
+            return Err(WriterError::InvalidArgument(format!(
+                "packed batch lengths add up to {total} bytes but data holds {}",
+                data.len()
+            )));
+        }
+        for (&key_group, &len) in key_groups.iter().zip(lengths) {
+            if key_group < META_KEY_GROUP {
+                return Err(WriterError::InvalidArgument(format!(
+                    "key group {key_group} in packed batch is negative (only -1, metadata, is allowed)"
+                )));
+            }
+            self.check_in_range(key_group)?;
+            Self::check_length(len as usize)?;
+        }
+        let mut start = 0usize;
+        for (&key_group, &len) in key_groups.iter().zip(lengths) {
+            let end = start + len as usize;
+            self.push(fx, key_group, &data[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        fx: &mut impl Effects,
+        key_group: i32,
+        value: &[u8],
+    ) -> Result<(), WriterError> {
+        self.active.push(key_group, value);
+        if self.active.payload_size() >= self.config.preemptive_persist_threshold {
+            let from = self
+                .not_uploaded
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or(self.active_sqn);
+            fx.log(
+                Level::Debug,
+                &format!(
+                    "writer {}: {} open bytes reached the pre-emptive threshold {}; persisting from {from}",
+                    self.config.name,
+                    self.active.payload_size(),
+                    self.config.preemptive_persist_threshold
+                ),
+            );
+            self.persist_internal(fx, from, PREEMPTIVE_CHECKPOINT, None)?;
+        }
+        Ok(())
+    }
+
+    fn rollover(&mut self) {
+        if self.active.is_empty() {
+            return;
+        }
+        let size = self.active.payload_size();
+        let block = self.active.encode();
+        self.not_uploaded.insert(
+            self.active_sqn,
+            ChangeSetBlock {
+                sequence_number: self.active_sqn,
+                size,
+                block,
+            },
+        );
+        self.active_sqn += 1;
+    }
+
+    /// Makes every change set from `from` on durable (spec §2.2, with the checks of §2.4 in
+    /// Flink's order and with its messages).
+    pub fn persist(
+        &mut self,
+        fx: &mut impl Effects,
+        from: SequenceNumber,
+        checkpoint: CheckpointId,
+    ) -> Result<PersistReply, WriterError> {
+        self.ensure_open("persist")?;
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        match self.persist_internal(fx, from, checkpoint, Some(ticket))? {
+            Some(snapshot) => Ok(PersistReply::Ready(snapshot)),
+            None => Ok(PersistReply::Pending(ticket)),
+        }
+    }
+
+    fn persist_internal(
+        &mut self,
+        fx: &mut impl Effects,
+        from: SequenceNumber,
+        checkpoint: CheckpointId,
+        ticket: Option<u64>,
+    ) -> Result<Option<SnapshotResult>, WriterError> {
+        if let Some((failed, cause)) = &self.highest_failed
+            && *failed >= from
+        {
+            return Err(WriterError::AlreadyFailed(format!(
+                "The upload for {failed} has already failed previously (cause: {cause})"
+            )));
+        }
+        if self.lowest_sqn > from {
+            return Err(WriterError::Truncated(format!(
+                "Requested changes were truncated (requested: {from}, truncated: {})",
+                self.lowest_sqn
+            )));
+        }
+        if self.active_sqn < from {
+            return Err(WriterError::NotYetAppended(format!(
+                "Requested changes were not yet appended (requested: {from}, appended: {})",
+                self.active_sqn
+            )));
+        }
+        self.rollover();
+        let to_upload = self.not_uploaded.split_off(&from);
+        let ready: BTreeMap<SequenceNumber, UploadResult> = self
+            .uploaded
+            .range(from..)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        if checkpoint != PREEMPTIVE_CHECKPOINT {
+            for result in ready.values() {
+                if let Some(local) = &result.local {
+                    fx.local_register(&local.handle, checkpoint);
+                }
+            }
+        }
+        let to = self.active_sqn;
+        if to - from == ready.len() as u64 {
+            debug_assert!(to_upload.is_empty());
+            return Ok(Some(self.build_snapshot(fx, &ready, 0)));
+        }
+        self.listeners.push(Listener {
+            ticket,
+            from,
+            to,
+            checkpoint,
+            results: ready,
+            incremental_size: 0,
+        });
+        if !to_upload.is_empty() {
+            let id = self.next_task;
+            self.next_task += 1;
+            let sequence_numbers: Vec<_> = to_upload.keys().copied().collect();
+            let task = UploadTask {
+                id,
+                change_sets: to_upload.into_values().collect(),
+            };
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    sequence_numbers: sequence_numbers.clone(),
+                    checkpoint,
+                },
+            );
+            if let Err(cause) = fx.schedule(task) {
+                // Not accepted: the change sets are gone, exactly as if the upload failed.
+                self.in_flight.remove(&id);
+                self.listeners.pop();
+                let cause = format!(
+                    "the uploader refused change sets {:?} of writer {}: {cause}",
+                    sequence_numbers, self.config.name
+                );
+                self.record_failure(&sequence_numbers, &cause);
+                return Err(WriterError::UploadFailed(cause));
+            }
+        }
+        Ok(None)
+    }
+
+    fn build_snapshot(
+        &self,
+        fx: &mut impl Effects,
+        results: &BTreeMap<SequenceNumber, UploadResult>,
+        incremental_size: u64,
+    ) -> SnapshotResult {
+        let handle = |entries: Vec<HandleEntry>, incremental_size| {
+            let state_size = entries.iter().map(|e| e.size).sum();
+            ChangelogHandle {
+                entries,
+                key_group_range: self.config.key_group_range,
+                state_size,
+                incremental_size,
+                storage_id: STORAGE_ID.to_string(),
+            }
+        };
+        let remote = handle(
+            results
+                .values()
+                .map(|r| HandleEntry {
+                    handle: r.remote.clone(),
+                    offset: r.offset,
+                    size: r.size,
+                })
+                .collect(),
+            incremental_size,
+        );
+        let local = if self.config.local_recovery {
+            let locals: Vec<HandleEntry> = results
+                .values()
+                .filter_map(|r| {
+                    r.local.as_ref().map(|l| HandleEntry {
+                        handle: l.handle.clone(),
+                        offset: l.offset,
+                        size: r.size,
+                    })
+                })
+                .collect();
+            if locals.len() == results.len() {
+                Some(handle(locals, 0))
+            } else {
+                fx.log(
+                    Level::Warn,
+                    &format!(
+                        "writer {}: only {} of {} change sets have a local copy; the snapshot has no local handle",
+                        self.config.name,
+                        locals.len(),
+                        results.len()
+                    ),
+                );
+                None
+            }
+        } else {
+            None
+        };
+        SnapshotResult { remote, local }
+    }
+
+    /// Mailbox: task `task` was uploaded. Returns the persists it completes.
+    pub fn on_upload_succeeded(
+        &mut self,
+        fx: &mut impl Effects,
+        task: u64,
+        results: Vec<UploadResult>,
+    ) -> Vec<PersistCompletion> {
+        let Some(in_flight) = self.in_flight.remove(&task) else {
+            fx.log(
+                Level::Warn,
+                &format!(
+                    "writer {}: success for unknown upload task {task}; releasing its files",
+                    self.config.name
+                ),
+            );
+            self.release_all(fx, &results);
+            return Vec::new();
+        };
+        if self.closed {
+            // Flink deletes the whole (shared) file here (§12.5); other writers' change sets
+            // may live in it, so only this writer's references are released.
+            self.release_all(fx, &results);
+            return Vec::new();
+        }
+        let mut completions = Vec::new();
+        let mut i = 0;
+        while i < self.listeners.len() {
+            let listener = &mut self.listeners[i];
+            for result in &results {
+                if listener.wants(result.sequence_number) {
+                    listener.incremental_size += result.size;
+                    listener
+                        .results
+                        .insert(result.sequence_number, result.clone());
+                }
+            }
+            if listener.is_complete() {
+                let listener = self.listeners.remove(i);
+                let snapshot =
+                    self.build_snapshot(fx, &listener.results, listener.incremental_size);
+                // Register under the checkpoint that uses the files (§12.10): Flink registers
+                // results under the checkpoint of the persist that started the upload, so a
+                // later checkpoint that only waited on it lost its local files on confirm.
+                if listener.checkpoint != PREEMPTIVE_CHECKPOINT
+                    && let Some(local) = &snapshot.local
+                {
+                    for entry in &local.entries {
+                        fx.local_register(&entry.handle, listener.checkpoint);
+                    }
+                }
+                if let Some(ticket) = listener.ticket {
+                    completions.push(PersistCompletion {
+                        ticket,
+                        outcome: Ok(snapshot),
+                    });
+                }
+            } else {
+                i += 1;
+            }
+        }
+        for result in results {
+            if in_flight.checkpoint != PREEMPTIVE_CHECKPOINT
+                && let Some(local) = &result.local
+            {
+                fx.local_register(&local.handle, in_flight.checkpoint);
+            }
+            let sqn = result.sequence_number;
+            if self.lowest_sqn <= sqn && sqn < self.highest_sqn {
+                self.uploaded.insert(sqn, result);
+            } else {
+                // Truncated while in flight.
+                self.release_all(fx, std::slice::from_ref(&result));
+            }
+        }
+        completions
+    }
+
+    /// Mailbox: task `task` failed for good. Returns the persists it fails.
+    pub fn on_upload_failed(
+        &mut self,
+        fx: &mut impl Effects,
+        task: u64,
+        cause: &str,
+    ) -> Vec<PersistCompletion> {
+        let Some(in_flight) = self.in_flight.remove(&task) else {
+            fx.log(
+                Level::Warn,
+                &format!(
+                    "writer {}: failure for unknown upload task {task}: {cause}",
+                    self.config.name
+                ),
+            );
+            return Vec::new();
+        };
+        if self.closed {
+            return Vec::new();
+        }
+        fx.log(
+            Level::Warn,
+            &format!(
+                "writer {}: upload of change sets {:?} failed: {cause}",
+                self.config.name, in_flight.sequence_numbers
+            ),
+        );
+        self.record_failure(&in_flight.sequence_numbers, cause)
+    }
+
+    fn record_failure(&mut self, sqns: &[SequenceNumber], cause: &str) -> Vec<PersistCompletion> {
+        let mut completions = Vec::new();
+        self.listeners.retain(|listener| {
+            if sqns.iter().any(|&s| listener.wants(s)) {
+                if let Some(ticket) = listener.ticket {
+                    completions.push(PersistCompletion {
+                        ticket,
+                        outcome: Err(WriterError::UploadFailed(cause.to_string())),
+                    });
+                }
+                false
+            } else {
+                true
+            }
+        });
+        if let Some(&max) = sqns.iter().max()
+            && max >= self.lowest_sqn
+            && self.highest_failed.as_ref().is_none_or(|(h, _)| max > *h)
+        {
+            self.highest_failed = Some((max, cause.to_string()));
+        }
+        completions
+    }
+
+    fn release_all(&self, fx: &mut impl Effects, results: &[UploadResult]) {
+        for result in results {
+            fx.release(&result.remote);
+            if let Some(local) = &result.local {
+                fx.release(&local.handle);
+            }
+        }
+    }
+
+    /// A checkpoint holding `[from, to)` was confirmed: its files now belong to it.
+    pub fn confirm(
+        &mut self,
+        fx: &mut impl Effects,
+        from: SequenceNumber,
+        to: SequenceNumber,
+        checkpoint: CheckpointId,
+    ) -> Result<(), WriterError> {
+        self.ensure_open("confirm")?;
+        if from > to {
+            return Err(WriterError::InvalidRange(format!(
+                "Invalid confirm range: [{from},{to})"
+            )));
+        }
+        if from > self.active_sqn || to > self.active_sqn {
+            return Err(WriterError::InvalidRange(format!(
+                "Invalid confirm range: [{from},{to}), active sqn: {}",
+                self.active_sqn
+            )));
+        }
+        for result in self.uploaded.range(from..to).map(|(_, r)| r) {
+            fx.stop_tracking(&result.remote);
+        }
+        for result in self.uploaded.range(from..to).map(|(_, r)| r) {
+            if let Some(local) = &result.local {
+                fx.stop_tracking(&local.handle);
+            }
+        }
+        let discarded = fx.local_discard_up_to(checkpoint);
+        self.forget_local_copies(&discarded);
+        Ok(())
+    }
+
+    /// A checkpoint holding `[from, to)` was aborted: its local copies go. Nothing is
+    /// re-uploaded and no change set is lost.
+    pub fn reset(
+        &mut self,
+        fx: &mut impl Effects,
+        _from: SequenceNumber,
+        _to: SequenceNumber,
+        checkpoint: CheckpointId,
+    ) -> Result<(), WriterError> {
+        self.ensure_open("reset")?;
+        // Flink computes `checkpoint + 1`, which wraps at i64::MAX and discards nothing.
+        let discarded = fx.local_discard_up_to(checkpoint.saturating_add(1));
+        self.forget_local_copies(&discarded);
+        Ok(())
+    }
+
+    /// Drops the local part of uploaded results whose local file was deleted, so later
+    /// snapshots never point at a deleted local copy (§12.10, the abort case).
+    fn forget_local_copies(&mut self, discarded: &[String]) {
+        if discarded.is_empty() {
+            return;
+        }
+        for result in self.uploaded.values_mut() {
+            if result
+                .local
+                .as_ref()
+                .is_some_and(|l| discarded.contains(&l.handle.path))
+            {
+                result.local = None;
+            }
+        }
+    }
+
+    /// Drops change sets below `to` (materialization or subsumption).
+    pub fn truncate(&mut self, fx: &mut impl Effects, to: SequenceNumber) -> Result<(), WriterError> {
+        self.ensure_open("truncate")?;
+        if to > self.active_sqn {
+            return Err(WriterError::InvalidArgument(format!(
+                "Cannot truncate to {to}: it is beyond the active sequence number {}",
+                self.active_sqn
+            )));
+        }
+        // Never move the lower bound back: change sets below it are gone.
+        self.lowest_sqn = self.lowest_sqn.max(to);
+        let kept = self.not_uploaded.split_off(&to);
+        self.not_uploaded = kept;
+        let kept = self.uploaded.split_off(&to);
+        let dropped = std::mem::replace(&mut self.uploaded, kept);
+        for result in dropped.values() {
+            self.release_all(fx, std::slice::from_ref(result));
+        }
+        Ok(())
+    }
+
+    /// Releases change sets from `from` on and closes; returns the persists that fail.
+    pub fn truncate_and_close(
+        &mut self,
+        fx: &mut impl Effects,
+        from: SequenceNumber,
+    ) -> Result<Vec<PersistCompletion>, WriterError> {
+        self.ensure_open("truncate-and-close")?;
+        self.highest_sqn = from;
+        let released = self.uploaded.split_off(&from);
+        for result in released.values() {
+            self.release_all(fx, std::slice::from_ref(result));
+        }
+        self.close(fx)
+    }
+
+    /// Closes the writer. Unlike Flink (§12.7), every pending persist fails with `closed`
+    /// instead of staying pending forever.
+    pub fn close(&mut self, fx: &mut impl Effects) -> Result<Vec<PersistCompletion>, WriterError> {
+        if self.closed {
+            return Err(WriterError::Closed(format!(
+                "writer {} is already closed",
+                self.config.name
+            )));
+        }
+        self.closed = true;
+        self.active = ChangeSetBuilder::default();
+        self.not_uploaded.clear();
+        self.uploaded.clear();
+        fx.log(
+            Level::Debug,
+            &format!(
+                "writer {} closed with {} pending persists",
+                self.config.name,
+                self.listeners.len()
+            ),
+        );
+        let name = &self.config.name;
+        Ok(self
+            .listeners
+            .drain(..)
+            .filter_map(|l| {
+                l.ticket.map(|ticket| PersistCompletion {
+                    ticket,
+                    outcome: Err(WriterError::Closed(format!(
+                        "writer {name} was closed while persisting [{}, {}) for checkpoint {}",
+                        l.from, l.to, l.checkpoint
+                    ))),
+                })
+            })
+            .collect())
+    }
+
+    /// True once closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The sequence number the open change set will get.
+    pub fn active_sequence_number(&self) -> SequenceNumber {
+        self.active_sqn
+    }
+}
+
+#[cfg(test)]
+mod tests;

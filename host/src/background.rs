@@ -1,0 +1,39 @@
+//! Deletions and uploads run off the writers' call paths; this counts them so a caller
+//! can wait until everything started has finished (tests, and the end of `dstl run`).
+
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A count of outstanding background jobs.
+#[derive(Clone, Default)]
+pub(crate) struct Outstanding(Arc<(Mutex<usize>, Condvar)>);
+
+/// Held while a job runs; dropping it marks the job done.
+pub(crate) struct Job(Outstanding);
+
+impl Outstanding {
+    /// Marks a job started.
+    pub fn start(&self) -> Job {
+        *self.0.0.lock().unwrap() += 1;
+        Job(self.clone())
+    }
+
+    /// Blocks until no job is outstanding.
+    pub fn wait_idle(&self) {
+        let (count, cv) = &*self.0;
+        let mut n = count.lock().unwrap();
+        while *n > 0 {
+            n = cv.wait(n).unwrap();
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let (count, cv) = &*self.0.0;
+        let mut n = count.lock().unwrap();
+        *n -= 1;
+        if *n == 0 {
+            cv.notify_all();
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Command-line interface (contract in DESIGN.md).
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use dstl::codec::{self, ChangeSetReader};
+use dstl::manifest::Manifest;
+use dstl::workload::{self, Workload};
+use dstl::{ChangelogStorage, Config};
+
+/// A durable short-term log of keyed-state changes.
+#[derive(Parser, Debug)]
+#[command(name = "dstl", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Simulated operators append seeded changes and checkpoint; the last checkpoint of
+    /// every writer is read back and verified.
+    Run(RunArgs),
+    /// Print every change of a snapshot, one `KEYGROUP<TAB>HEX` per line.
+    Read {
+        /// A manifest JSON file.
+        manifest: PathBuf,
+        /// Print `changes=N sha256=H` instead of the changes.
+        #[arg(long)]
+        digest: bool,
+        /// Read the local copies instead of the remote files.
+        #[arg(long)]
+        local: bool,
+    },
+    /// Human-readable dump of one changelog file.
+    Inspect {
+        /// The file.
+        file: PathBuf,
+        /// Also print every change's value.
+        #[arg(long)]
+        values: bool,
+    },
+    /// Print the effective configuration.
+    Config {
+        /// `key=value`, repeatable.
+        #[arg(long = "conf", value_name = "KEY=VALUE")]
+        conf: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Directory for changelog files.
+    #[arg(long, default_value = "./dstl-data")]
+    dir: PathBuf,
+    /// Simulated operators (one writer each).
+    #[arg(long, default_value_t = 4)]
+    writers: usize,
+    /// Changes in total.
+    #[arg(long, default_value_t = 400_000)]
+    changes: u64,
+    /// Bytes per change.
+    #[arg(long, default_value_t = 100)]
+    change_size: usize,
+    /// Key groups per writer.
+    #[arg(long, default_value_t = 128)]
+    key_groups: i32,
+    /// Appends per writer between checkpoints.
+    #[arg(long, default_value_t = 10_000)]
+    checkpoint_every: u64,
+    /// Snappy-compress files.
+    #[arg(long)]
+    compression: bool,
+    /// Seed of the change bytes.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Any configuration key, `key=value`, repeatable.
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    conf: Vec<String>,
+    /// After each checkpoint, atomically rewrite DIR/<writer>.json with its manifest.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+    /// Print the summary as one JSON object and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a parsed command line.
+pub fn main(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Read {
+            manifest,
+            digest,
+            local,
+        } => read(&manifest, digest, local),
+        Command::Inspect { file, values } => inspect(&file, values),
+        Command::Config { conf } => {
+            let mut config = Config::default();
+            config.apply_pairs(conf.iter().map(String::as_str))?;
+            config.validate()?;
+            for (key, value) in config.entries() {
+                println!("{key} = {value}");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut config = Config::default();
+    config.base_path = args.dir.clone();
+    config.compression = args.compression;
+    config.apply_pairs(args.conf.iter().map(String::as_str))?;
+    let workload = Workload {
+        writers: args.writers,
+        changes: args.changes,
+        change_size: args.change_size,
+        key_groups: args.key_groups,
+        checkpoint_every: args.checkpoint_every,
+        seed: args.seed,
+        manifests: args.manifests.clone(),
+    };
+    workload.validate()?;
+    let storage = ChangelogStorage::open(config)?;
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(args.changes).with_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} changes ({per_sec}, eta {eta})",
+            )
+            .expect("valid template"),
+        )
+    };
+    let summary = workload::run(&storage, &workload, &|n| bar.set_position(n))?;
+    bar.finish_and_clear();
+    storage.close();
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!("dstl run: {} writers, {} changes of {} B into {}", summary.writers, summary.changes, args.change_size, summary.dir);
+        println!("  wall            {:.2} s", summary.wall_s);
+        println!("  appends         {:.0}/s ({:.1} MB/s payload)", summary.appends_per_s, summary.payload_mb_per_s);
+        println!("  checkpoints     {} (persist p50 {:.2} ms, p99 {:.2} ms)", summary.checkpoints, summary.persist_p50_ms, summary.persist_p99_ms);
+        println!("  files           {} ({} bytes written)", summary.files, summary.bytes_written);
+        println!("  peak RSS        {:.1} MB", summary.peak_rss_mb);
+        println!("  verified        {}", if summary.verified { "yes: every writer's last checkpoint read back exactly" } else { "no" });
+    }
+    Ok(())
+}
+
+fn read(path: &PathBuf, digest: bool, local: bool) -> anyhow::Result<()> {
+    let manifest = Manifest::load(path)?;
+    let handle = if local {
+        manifest
+            .local_handle()
+            .with_context(|| format!("manifest {} has no local handle", path.display()))?
+    } else {
+        manifest.remote_handle()
+    };
+    let changes = dstl::reader::read_handle(&handle)?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if digest {
+        writeln!(out, "changes={} sha256={}", changes.len(), dstl::reader::digest(&changes))?;
+    } else {
+        for change in &changes {
+            writeln!(out, "{}\t{}", change.key_group, hex(&change.value))?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let logical = codec::logical_bytes(&bytes).with_context(|| format!("{} is not a changelog file", path.display()))?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    writeln!(out, "file            {}", path.display())?;
+    writeln!(out, "compression     {}", if bytes[0] == codec::FLAG_SNAPPY { "snappy (framed)" } else { "none" })?;
+    writeln!(out, "bytes on disk   {}", bytes.len())?;
+    writeln!(out, "logical bytes   {}", logical.len())?;
+    let mut offset = 0u64;
+    let mut index = 0;
+    while offset < logical.len() as u64 {
+        let mut reader = ChangeSetReader::new(&logical, offset)
+            .with_context(|| format!("corrupt change set at logical offset {offset}"))?;
+        let mut groups: Vec<(i32, usize, u64)> = Vec::new();
+        let mut lines = Vec::new();
+        while let Some(change) = reader
+            .next_change()
+            .with_context(|| format!("corrupt change set at logical offset {offset}"))?
+        {
+            match groups.last_mut() {
+                Some(g) if g.0 == change.key_group => {
+                    g.1 += 1;
+                    g.2 += change.value.len() as u64;
+                }
+                _ => groups.push((change.key_group, 1, change.value.len() as u64)),
+            }
+            if values {
+                lines.push(format!("      {}\t{}", change.key_group, hex(&change.value)));
+            }
+        }
+        let changes: usize = groups.iter().map(|g| g.1).sum();
+        let payload: u64 = groups.iter().map(|g| g.2).sum();
+        writeln!(
+            out,
+            "change set #{index} at offset {offset}: {} bytes, {} groups, {changes} changes, {payload} payload bytes",
+            reader.position() - offset,
+            groups.len()
+        )?;
+        for (key_group, count, size) in &groups {
+            let label = if *key_group == codec::META_KEY_GROUP { "meta".to_string() } else { format!("kg {key_group}") };
+            writeln!(out, "    {label:>8}: {count} changes, {size} bytes")?;
+        }
+        for line in lines {
+            writeln!(out, "{line}")?;
+        }
+        offset = reader.position();
+        index += 1;
+    }
+    out.flush()?;
+    Ok(())
+}

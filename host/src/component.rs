@@ -1,0 +1,144 @@
+//! The wasmtime side of the component: generated bindings, the engine and the
+//! pre-instantiated component shared by every writer, and conversions between the
+//! generated WIT types and the plain types of [`dstl_guest::types`].
+
+use dstl_guest::types as t;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config as WasmConfig, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+wasmtime::component::bindgen!({
+    world: "changelog",
+    path: "../wit",
+});
+
+pub(crate) use dstl::changelog::types as w;
+
+/// The component as built by `build.rs`.
+const GUEST_WASM: &[u8] = include_bytes!(env!("DSTL_GUEST_WASM_PATH"));
+
+/// Compiled component plus linker, instantiated once per writer.
+pub(crate) struct Runtime {
+    pub engine: Engine,
+    pub pre: ChangelogPre<crate::writer::WriterCtx>,
+}
+
+impl Runtime {
+    /// One engine with the pooling allocator sized for `max_writers` instances whose
+    /// memories may grow to `memory_limit` bytes.
+    pub fn new(max_writers: u32, memory_limit: u64) -> wasmtime::Result<Self> {
+        let mut pool = PoolingAllocationConfig::default();
+        // Each writer is one component instance of 3 core modules and about 19 core
+        // instances (spec/WASM-NOTES.md); leave headroom.
+        pool.total_component_instances(max_writers)
+            .total_core_instances(max_writers.saturating_mul(24))
+            .total_memories(max_writers.saturating_mul(2))
+            .total_tables(max_writers.saturating_mul(8))
+            .max_memory_size(memory_limit as usize);
+        let mut config = WasmConfig::new();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+        let component = Component::new(&engine, GUEST_WASM)?;
+        let mut linker: Linker<crate::writer::WriterCtx> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Changelog::add_to_linker::<_, HasSelf<_>>(&mut linker, |ctx| ctx)?;
+        let pre = ChangelogPre::new(linker.instantiate_pre(&component)?)?;
+        Ok(Self { engine, pre })
+    }
+}
+
+pub(crate) fn from_wit_stream(h: w::StreamHandle) -> t::StreamHandle {
+    t::StreamHandle {
+        path: h.path,
+        file_size: h.file_size,
+    }
+}
+
+fn to_wit_stream(h: t::StreamHandle) -> w::StreamHandle {
+    w::StreamHandle {
+        path: h.path,
+        file_size: h.file_size,
+    }
+}
+
+pub(crate) fn to_wit_results(results: Vec<t::UploadResult>) -> Vec<w::UploadResult> {
+    results
+        .into_iter()
+        .map(|r| w::UploadResult {
+            sequence_number: r.sequence_number,
+            remote: to_wit_stream(r.remote),
+            offset: r.offset,
+            local: r.local.map(|l| w::LocalCopy {
+                handle: to_wit_stream(l.handle),
+                offset: l.offset,
+            }),
+            size: r.size,
+        })
+        .collect()
+}
+
+fn from_wit_handle(h: w::ChangelogHandle) -> t::ChangelogHandle {
+    t::ChangelogHandle {
+        entries: h
+            .entries
+            .into_iter()
+            .map(|e| t::HandleEntry {
+                handle: from_wit_stream(e.handle),
+                offset: e.offset,
+                size: e.size,
+            })
+            .collect(),
+        key_group_range: t::KeyGroupRange {
+            start: h.key_group_range.start,
+            end: h.key_group_range.end,
+        },
+        state_size: h.state_size,
+        incremental_size: h.incremental_size,
+        storage_id: h.storage_id,
+    }
+}
+
+pub(crate) fn from_wit_snapshot(s: w::SnapshotResult) -> t::SnapshotResult {
+    t::SnapshotResult {
+        remote: from_wit_handle(s.remote),
+        local: s.local.map(from_wit_handle),
+    }
+}
+
+pub(crate) fn from_wit_error(e: w::WriterError) -> t::WriterError {
+    match e {
+        w::WriterError::Closed(m) => t::WriterError::Closed(m),
+        w::WriterError::Truncated(m) => t::WriterError::Truncated(m),
+        w::WriterError::NotYetAppended(m) => t::WriterError::NotYetAppended(m),
+        w::WriterError::AlreadyFailed(m) => t::WriterError::AlreadyFailed(m),
+        w::WriterError::InvalidRange(m) => t::WriterError::InvalidRange(m),
+        w::WriterError::InvalidArgument(m) => t::WriterError::InvalidArgument(m),
+        w::WriterError::UploadFailed(m) => t::WriterError::UploadFailed(m),
+    }
+}
+
+pub(crate) fn to_wit_config(c: &t::WriterConfig) -> w::WriterConfig {
+    w::WriterConfig {
+        name: c.name.clone(),
+        key_group_range: w::KeyGroupRange {
+            start: c.key_group_range.start,
+            end: c.key_group_range.end,
+        },
+        preemptive_persist_threshold: c.preemptive_persist_threshold,
+        local_recovery: c.local_recovery,
+    }
+}
+
+pub(crate) fn from_wit_task(task: w::UploadTask) -> t::UploadTask {
+    t::UploadTask {
+        id: task.id,
+        change_sets: task
+            .change_sets
+            .into_iter()
+            .map(|c| t::ChangeSetBlock {
+                sequence_number: c.sequence_number,
+                size: c.size,
+                block: c.block,
+            })
+            .collect(),
+    }
+}

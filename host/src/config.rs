@@ -1,0 +1,385 @@
+//! Configuration: Flink's `state.changelog.dstl.dfs.*` keys (also accepted without the
+//! `state.changelog.` prefix, as Flink's fallback keys) with Flink's defaults and value
+//! syntax, plus dstl's own `dstl.*` keys.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A key or value that cannot be used; the message names the key and the accepted form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// No such key.
+    #[error("unknown configuration key `{0}` (run `dstl config` to list the keys)")]
+    UnknownKey(String),
+    /// A value that does not parse.
+    #[error("invalid value `{value}` for `{key}`: expected {expected}")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// The accepted form.
+        expected: &'static str,
+    },
+    /// A `key=value` pair without `=`.
+    #[error("`{0}` is not of the form key=value")]
+    NotAPair(String),
+}
+
+/// Effective configuration of a [`crate::ChangelogStorage`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Root directory for changelog files (`dstl.dfs.base-path`).
+    pub base_path: PathBuf,
+    /// Snappy-frame files (`dstl.dfs.compression.enabled`).
+    pub compression: bool,
+    /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
+    pub preemptive_persist_threshold: u64,
+    /// Batching delay (`dstl.dfs.batch.persist-delay`).
+    pub persist_delay: Duration,
+    /// Queued bytes that force a batch (`dstl.dfs.batch.persist-size-threshold`).
+    pub persist_size_threshold: u64,
+    /// Write buffer per upload (`dstl.dfs.upload.buffer-size`).
+    pub upload_buffer_size: u64,
+    /// Concurrent uploads (`dstl.dfs.upload.num-threads`).
+    pub upload_threads: usize,
+    /// Threads deleting unused files (`dstl.dfs.discard.num-threads`).
+    pub discard_threads: usize,
+    /// In-flight byte limit (`dstl.dfs.upload.max-in-flight`).
+    pub max_in_flight: u64,
+    /// `fixed` or `none` (`dstl.dfs.upload.retry-policy`).
+    pub retry_policy: RetryPolicyKind,
+    /// Per-attempt timeout (`dstl.dfs.upload.timeout`).
+    pub upload_timeout: Duration,
+    /// Attempts including the first (`dstl.dfs.upload.max-attempts`).
+    pub max_attempts: u32,
+    /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
+    pub next_attempt_delay: Duration,
+    /// Idle time of a recovery cache file (`dstl.dfs.download.local-cache.idle-timeout-ms`).
+    pub cache_idle_timeout: Duration,
+    /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
+    /// (`dstl.job-id`, random by default).
+    pub job_id: String,
+    /// Keep a local copy of every upload and build local handles (`dstl.local-recovery.enabled`).
+    pub local_recovery: bool,
+    /// Where local copies go (`dstl.local-recovery.dir`, default `<base>/local`).
+    pub local_dir: Option<PathBuf>,
+    /// Linear-memory cap of one writer's sandbox (`dstl.writer.memory-limit`).
+    pub writer_memory_limit: u64,
+    /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
+    pub max_writers: u32,
+}
+
+/// The retry policies of spec §4.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicyKind {
+    /// Retry with a per-attempt timeout, `max_attempts` in all.
+    Fixed,
+    /// One attempt, no timeout.
+    None,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            base_path: PathBuf::from("dstl-data"),
+            compression: false,
+            preemptive_persist_threshold: 5 << 20,
+            persist_delay: Duration::from_millis(10),
+            persist_size_threshold: 10 << 20,
+            upload_buffer_size: 1 << 20,
+            upload_threads: 5,
+            discard_threads: 1,
+            max_in_flight: 100 << 20,
+            retry_policy: RetryPolicyKind::Fixed,
+            upload_timeout: Duration::from_secs(1),
+            max_attempts: 3,
+            next_attempt_delay: Duration::from_millis(500),
+            cache_idle_timeout: Duration::from_secs(600),
+            job_id: uuid::Uuid::new_v4().simple().to_string(),
+            local_recovery: false,
+            local_dir: None,
+            writer_memory_limit: 256 << 20,
+            max_writers: 1024,
+        }
+    }
+}
+
+/// Every key with its default, for `dstl config` and error messages.
+pub const KEYS: &[&str] = &[
+    "dstl.dfs.base-path",
+    "dstl.dfs.compression.enabled",
+    "dstl.dfs.preemptive-persist-threshold",
+    "dstl.dfs.batch.persist-delay",
+    "dstl.dfs.batch.persist-size-threshold",
+    "dstl.dfs.upload.buffer-size",
+    "dstl.dfs.upload.num-threads",
+    "dstl.dfs.discard.num-threads",
+    "dstl.dfs.upload.max-in-flight",
+    "dstl.dfs.upload.retry-policy",
+    "dstl.dfs.upload.timeout",
+    "dstl.dfs.upload.max-attempts",
+    "dstl.dfs.upload.next-attempt-delay",
+    "dstl.dfs.download.local-cache.idle-timeout-ms",
+    "dstl.job-id",
+    "dstl.local-recovery.enabled",
+    "dstl.local-recovery.dir",
+    "dstl.writer.memory-limit",
+    "dstl.writer.max-writers",
+];
+
+const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)";
+const DURATION_FORM: &str = "a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)";
+
+impl Config {
+    /// Applies one `key=value` setting.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let short = key.strip_prefix("state.changelog.").unwrap_or(key);
+        let value = value.trim();
+        let invalid = |expected| ConfigError::InvalidValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        };
+        let memory = || parse_memory(value).ok_or_else(|| invalid(MEMORY_FORM));
+        let duration = || parse_duration(value).ok_or_else(|| invalid(DURATION_FORM));
+        let boolean = || match value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(invalid("`true` or `false`")),
+        };
+        let positive = || {
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| invalid("a whole number of at least 1"))
+        };
+        match short {
+            "dstl.dfs.base-path" => {
+                if value.is_empty() {
+                    return Err(invalid("a non-empty directory path"));
+                }
+                self.base_path = PathBuf::from(value);
+            }
+            "dstl.dfs.compression.enabled" => self.compression = boolean()?,
+            "dstl.dfs.preemptive-persist-threshold" => {
+                self.preemptive_persist_threshold = memory()?
+            }
+            "dstl.dfs.batch.persist-delay" => self.persist_delay = duration()?,
+            "dstl.dfs.batch.persist-size-threshold" => self.persist_size_threshold = memory()?,
+            "dstl.dfs.upload.buffer-size" => {
+                self.upload_buffer_size = memory()?;
+                if self.upload_buffer_size == 0 || self.upload_buffer_size > i32::MAX as u64 {
+                    return Err(invalid("a size from 1 byte to 2147483647 bytes"));
+                }
+            }
+            "dstl.dfs.upload.num-threads" => self.upload_threads = positive()? as usize,
+            "dstl.dfs.discard.num-threads" => self.discard_threads = positive()? as usize,
+            "dstl.dfs.upload.max-in-flight" => self.max_in_flight = memory()?,
+            "dstl.dfs.upload.retry-policy" => {
+                self.retry_policy = match value {
+                    "fixed" => RetryPolicyKind::Fixed,
+                    "none" => RetryPolicyKind::None,
+                    _ => return Err(invalid("`fixed` or `none`")),
+                }
+            }
+            "dstl.dfs.upload.timeout" => self.upload_timeout = duration()?,
+            "dstl.dfs.upload.max-attempts" => self.max_attempts = positive()?,
+            "dstl.dfs.upload.next-attempt-delay" => self.next_attempt_delay = duration()?,
+            "dstl.dfs.download.local-cache.idle-timeout-ms" => {
+                self.cache_idle_timeout = duration()?
+            }
+            "dstl.job-id" => {
+                if value.len() != 32
+                    || !value
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                {
+                    return Err(invalid("32 lowercase hexadecimal characters"));
+                }
+                self.job_id = value.to_string();
+            }
+            "dstl.local-recovery.enabled" => self.local_recovery = boolean()?,
+            "dstl.local-recovery.dir" => {
+                if value.is_empty() {
+                    return Err(invalid("a non-empty directory path"));
+                }
+                self.local_dir = Some(PathBuf::from(value));
+            }
+            "dstl.writer.memory-limit" => {
+                self.writer_memory_limit = memory()?;
+                if self.writer_memory_limit < (2 << 20) || self.writer_memory_limit > (4 << 30) {
+                    return Err(invalid("a size from 2mb to 4gb"));
+                }
+            }
+            "dstl.writer.max-writers" => self.max_writers = positive()?,
+            _ => return Err(ConfigError::UnknownKey(key.to_string())),
+        }
+        Ok(())
+    }
+
+    /// Applies `key=value` pairs in order.
+    pub fn apply_pairs<'a>(
+        &mut self,
+        pairs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), ConfigError> {
+        for pair in pairs {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| ConfigError::NotAPair(pair.to_string()))?;
+            self.set(key.trim(), value)?;
+        }
+        Ok(())
+    }
+
+    /// Checks relations between keys (Flink's scheduler constructor check).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.persist_size_threshold > self.max_in_flight {
+            return Err(ConfigError::InvalidValue {
+                key: "dstl.dfs.batch.persist-size-threshold".into(),
+                value: self.persist_size_threshold.to_string(),
+                expected: "a size not above dstl.dfs.upload.max-in-flight",
+            });
+        }
+        Ok(())
+    }
+
+    /// The directory holding this job's changelog files.
+    pub fn job_dir(&self) -> PathBuf {
+        self.base_path.join(&self.job_id).join("dstl")
+    }
+
+    /// The directory holding local copies (Flink's `jid_<job>/taskowned`).
+    pub fn local_copies_dir(&self) -> PathBuf {
+        self.local_dir
+            .clone()
+            .unwrap_or_else(|| self.base_path.join("local"))
+            .join(format!("jid_{}", self.job_id))
+            .join("taskowned")
+    }
+
+    /// Every key with its effective value, in [`KEYS`] order.
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        let ms = |d: Duration| format!("{} ms", d.as_millis());
+        let values = [
+            self.base_path.display().to_string(),
+            self.compression.to_string(),
+            format!("{}b", self.preemptive_persist_threshold),
+            ms(self.persist_delay),
+            format!("{}b", self.persist_size_threshold),
+            format!("{}b", self.upload_buffer_size),
+            self.upload_threads.to_string(),
+            self.discard_threads.to_string(),
+            format!("{}b", self.max_in_flight),
+            match self.retry_policy {
+                RetryPolicyKind::Fixed => "fixed".into(),
+                RetryPolicyKind::None => "none".into(),
+            },
+            ms(self.upload_timeout),
+            self.max_attempts.to_string(),
+            ms(self.next_attempt_delay),
+            ms(self.cache_idle_timeout),
+            self.job_id.clone(),
+            self.local_recovery.to_string(),
+            self.local_copies_dir().display().to_string(),
+            format!("{}b", self.writer_memory_limit),
+            self.max_writers.to_string(),
+        ];
+        KEYS.iter().copied().zip(values).collect()
+    }
+}
+
+fn split_number(value: &str) -> Option<(u64, String)> {
+    let digits = value.bytes().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let number = value[..digits].parse().ok()?;
+    Some((number, value[digits..].trim().to_ascii_lowercase()))
+}
+
+/// Parses Flink's `MemorySize` syntax (units are powers of 1024).
+pub fn parse_memory(value: &str) -> Option<u64> {
+    let (n, unit) = split_number(value.trim())?;
+    let shift = match unit.as_str() {
+        "" | "b" | "bytes" => 0,
+        "k" | "kb" | "kib" | "kibibytes" => 10,
+        "m" | "mb" | "mib" | "mebibytes" => 20,
+        "g" | "gb" | "gib" | "gibibytes" => 30,
+        "t" | "tb" | "tib" | "tebibytes" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// Parses Flink's duration syntax; a bare number is milliseconds.
+pub fn parse_duration(value: &str) -> Option<Duration> {
+    let (n, unit) = split_number(value.trim())?;
+    Some(match unit.as_str() {
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => {
+            Duration::from_millis(n)
+        }
+        "ns" | "nano" | "nanos" | "nanosecond" | "nanoseconds" => Duration::from_nanos(n),
+        "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => {
+            Duration::from_micros(n)
+        }
+        "s" | "sec" | "secs" | "second" | "seconds" => Duration::from_secs(n),
+        "m" | "min" | "mins" | "minute" | "minutes" => Duration::from_secs(n.checked_mul(60)?),
+        "h" | "hour" | "hours" => Duration::from_secs(n.checked_mul(3600)?),
+        "d" | "day" | "days" => Duration::from_secs(n.checked_mul(86400)?),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flink_value_syntax() {
+        assert_eq!(parse_memory("5mb"), Some(5 << 20));
+        assert_eq!(parse_memory("10 mb"), Some(10 << 20));
+        assert_eq!(parse_memory("600b"), Some(600));
+        assert_eq!(parse_memory("1024"), Some(1024));
+        assert_eq!(parse_memory("mb"), None);
+        assert_eq!(parse_memory("5 parsecs"), None);
+        assert_eq!(parse_duration("10 ms"), Some(Duration::from_millis(10)));
+        assert_eq!(parse_duration("1 s"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_duration("10 min"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("soon"), None);
+    }
+
+    #[test]
+    fn keys_with_and_without_prefix() {
+        let mut c = Config::default();
+        c.apply_pairs([
+            "state.changelog.dstl.dfs.compression.enabled=true",
+            "dstl.dfs.preemptive-persist-threshold=600b",
+        ])
+        .unwrap();
+        assert!(c.compression);
+        assert_eq!(c.preemptive_persist_threshold, 600);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let mut c = Config::default();
+        let e = c.set("dstl.dfs.nope", "1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown configuration key `dstl.dfs.nope` (run `dstl config` to list the keys)"
+        );
+        let e = c.set("dstl.dfs.upload.timeout", "soon").unwrap_err();
+        assert!(e.to_string().contains("`dstl.dfs.upload.timeout`"), "{e}");
+        let e = c.set("dstl.dfs.upload.retry-policy", "Fixed").unwrap_err();
+        assert!(e.to_string().contains("`fixed` or `none`"), "{e}");
+        assert!(matches!(
+            c.apply_pairs(["novalue"]),
+            Err(ConfigError::NotAPair(_))
+        ));
+        c.set("dstl.dfs.batch.persist-size-threshold", "200mb").unwrap();
+        assert!(c.validate().is_err());
+    }
+}

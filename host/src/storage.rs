@@ -1,0 +1,202 @@
+//! [`ChangelogStorage`]: one per process or job. It owns the wasm engine, the upload
+//! machinery and the registries that all its writers share.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dstl_guest::codec::Change;
+use dstl_guest::types::{ChangelogHandle, KeyGroupRange, UploadResult, WriterConfig};
+
+use crate::background::Outstanding;
+use crate::component::Runtime as Wasm;
+use crate::config::Config;
+use crate::error::Error;
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::reader::ReadError;
+use crate::registry::{Discarder, LocalRegistry, TaskRegistry};
+use crate::store::LocalStore;
+use crate::uploader::Uploader;
+use crate::writer::{Writer, WriterOptions};
+
+/// State shared by the storage and every writer's sandbox.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub wasm: Wasm,
+    pub uploader: Uploader,
+    pub task_registry: TaskRegistry,
+    pub local_registry: LocalRegistry,
+    pub outstanding: Outstanding,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Shared {
+    pub fn release_results(&self, results: &[UploadResult]) {
+        crate::uploader::release_results(&self.task_registry, results);
+    }
+}
+
+/// The changelog storage of one job: creates writers and reads snapshots back.
+pub struct ChangelogStorage {
+    shared: Arc<Shared>,
+    closed: Arc<AtomicBool>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl ChangelogStorage {
+    /// Opens the storage described by `config`: creates `<base>/<job-id>/dstl/` (and the
+    /// local-copy directory with local recovery on) and compiles the writer component.
+    pub fn open(config: Config) -> Result<Self, Error> {
+        config.validate()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(config.upload_threads + config.discard_threads + 2)
+            .thread_name("dstl-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Setup(format!("cannot start the I/O runtime: {e}")))?;
+        let job_dir = config.job_dir();
+        let store = LocalStore::open(&job_dir).map_err(|e| {
+            Error::Setup(format!(
+                "cannot create the changelog directory {}: {e}",
+                job_dir.display()
+            ))
+        })?;
+        let local = if config.local_recovery {
+            let dir = config.local_copies_dir();
+            Some(LocalStore::open(&dir).map_err(|e| {
+                Error::Setup(format!(
+                    "cannot create the local-copy directory {}: {e}",
+                    dir.display()
+                ))
+            })?)
+        } else {
+            None
+        };
+        let wasm = Wasm::new(config.max_writers, config.writer_memory_limit)
+            .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
+        let outstanding = Outstanding::default();
+        let discarder = Discarder::new(runtime.handle().clone(), outstanding.clone());
+        let task_registry = TaskRegistry::new(discarder.clone());
+        let metrics = Arc::new(Metrics::default());
+        let closed = Arc::new(AtomicBool::new(false));
+        let uploader = Uploader {
+            store,
+            local,
+            compression: config.compression,
+            registry: task_registry.clone(),
+            runtime: runtime.handle().clone(),
+            outstanding: outstanding.clone(),
+            metrics: metrics.clone(),
+            closed: closed.clone(),
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                wasm,
+                uploader,
+                task_registry,
+                local_registry: LocalRegistry::new(discarder),
+                outstanding,
+                metrics,
+            }),
+            closed,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Creates a writer (one sandboxed component instance) for an operator.
+    pub fn create_writer(&self, name: &str, key_groups: KeyGroupRange) -> Result<Writer, Error> {
+        self.create_writer_with(name, key_groups, WriterOptions::default())
+    }
+
+    /// Creates a writer with per-writer sandbox options.
+    pub fn create_writer_with(
+        &self,
+        name: &str,
+        key_groups: KeyGroupRange,
+        options: WriterOptions,
+    ) -> Result<Writer, Error> {
+        if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
+            return Err(Error::InvalidArgument(format!(
+                "invalid writer name {name:?}: need 1 to 256 characters and no control characters"
+            )));
+        }
+        if key_groups.start < 0 || key_groups.start > key_groups.end {
+            return Err(Error::InvalidArgument(format!(
+                "invalid key-group range [{}, {}] for writer {name}: need 0 <= start <= end",
+                key_groups.start, key_groups.end
+            )));
+        }
+        if let Some(limit) = options.memory_limit
+            && limit > self.shared.config.writer_memory_limit
+        {
+            return Err(Error::InvalidArgument(format!(
+                "memory limit {limit} of writer {name} exceeds the storage's dstl.writer.memory-limit {}",
+                self.shared.config.writer_memory_limit
+            )));
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot create writer {name}: the storage is closed"
+            )));
+        }
+        let config = WriterConfig {
+            name: name.to_string(),
+            key_group_range: key_groups,
+            preemptive_persist_threshold: self.shared.config.preemptive_persist_threshold,
+            local_recovery: self.shared.config.local_recovery,
+        };
+        Writer::create(self.shared.clone(), config, options)
+    }
+
+    /// Reads a snapshot back (recovery).
+    pub fn read(&self, handle: &ChangelogHandle) -> Result<Vec<Change>, ReadError> {
+        crate::reader::read_handle(handle)
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Upload counters.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.shared.metrics.snapshot()
+    }
+
+    /// The task registry (reference counts of files not yet owned by a checkpoint).
+    pub fn task_registry(&self) -> &TaskRegistry {
+        &self.shared.task_registry
+    }
+
+    /// The local registry (local copies per checkpoint).
+    pub fn local_registry(&self) -> &LocalRegistry {
+        &self.shared.local_registry
+    }
+
+    /// Blocks until every upload and deletion started so far has finished and its
+    /// outcome was handed to its writer.
+    pub fn wait_idle(&self) {
+        self.shared.outstanding.wait_idle();
+    }
+
+    /// Stops accepting uploads and waits for those in flight. Writers still open get
+    /// an upload error on their next persist.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        self.shared.outstanding.wait_idle();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for ChangelogStorage {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

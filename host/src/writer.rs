@@ -1,0 +1,536 @@
+//! One operator's writer: a sandboxed component instance plus its mailbox.
+//!
+//! The mailbox delivers upload outcomes to the guest serially with the writer's own
+//! calls: both run only while holding the writer's lock. A writer call drains the
+//! mailbox before and after itself; an upload outcome that arrives while the writer is
+//! idle is delivered at once by the thread that produced it. Nothing ever waits for the
+//! lock while holding another writer's lock, so delivery cannot deadlock.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+
+use dstl_guest::types::{self as t, SnapshotResult, WriterError};
+use tokio::sync::oneshot;
+use wasmtime::component::{ResourceAny, ResourceTable};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::component::{self as c, Changelog, w};
+use crate::error::Error;
+use crate::storage::Shared;
+
+/// Store data of one writer's sandbox: what its imports need.
+pub(crate) struct WriterCtx {
+    name: String,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    stderr: MemoryOutputPipe,
+    shared: Arc<Shared>,
+    this: Weak<WriterShared>,
+}
+
+impl WasiView for WriterCtx {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl w::Host for WriterCtx {}
+
+impl c::dstl::changelog::uploader::Host for WriterCtx {
+    fn schedule(&mut self, task: w::UploadTask) -> Result<(), String> {
+        self.shared
+            .uploader
+            .submit(self.this.clone(), c::from_wit_task(task))
+    }
+}
+
+impl c::dstl::changelog::registry::Host for WriterCtx {
+    fn release(&mut self, handle: w::StreamHandle) {
+        self.shared.task_registry.release(&handle.path);
+    }
+
+    fn stop_tracking(&mut self, handle: w::StreamHandle) {
+        self.shared.task_registry.stop_tracking(&handle.path);
+    }
+}
+
+impl c::dstl::changelog::local_registry::Host for WriterCtx {
+    fn register(&mut self, handle: w::StreamHandle, checkpoint: i64) {
+        self.shared.local_registry.register(&handle.path, checkpoint);
+    }
+
+    fn discard_up_to(&mut self, checkpoint: i64) -> Vec<String> {
+        self.shared.local_registry.discard_up_to(checkpoint)
+    }
+}
+
+impl c::dstl::changelog::logging::Host for WriterCtx {
+    fn log(&mut self, level: c::dstl::changelog::logging::Level, message: String) {
+        use c::dstl::changelog::logging::Level;
+        let writer = &self.name;
+        match level {
+            Level::Trace => tracing::trace!(writer, "{message}"),
+            Level::Debug => tracing::debug!(writer, "{message}"),
+            Level::Info => tracing::info!(writer, "{message}"),
+            Level::Warn => tracing::warn!(writer, "{message}"),
+            Level::Error => tracing::error!(writer, "{message}"),
+        }
+    }
+}
+
+/// An upload outcome waiting for delivery to the guest.
+pub(crate) enum Letter {
+    Succeeded {
+        task: u64,
+        results: Vec<t::UploadResult>,
+    },
+    Failed {
+        task: u64,
+        cause: String,
+    },
+}
+
+struct Live {
+    store: Store<WriterCtx>,
+    bindings: Changelog,
+    resource: ResourceAny,
+}
+
+type Outcome = Result<SnapshotResult, Error>;
+
+struct Inner {
+    live: Option<Live>,
+    /// Why the sandbox is gone, once it trapped.
+    failure: Option<String>,
+    pending: HashMap<u64, oneshot::Sender<Outcome>>,
+}
+
+/// Shared between the [`Writer`] handle and the uploads in flight for it.
+pub(crate) struct WriterShared {
+    name: String,
+    inner: Mutex<Inner>,
+    mailbox: Mutex<VecDeque<Letter>>,
+    shared: Arc<Shared>,
+}
+
+/// Per-writer sandbox settings.
+#[derive(Debug, Clone, Default)]
+pub struct WriterOptions {
+    /// Linear-memory cap of this writer's sandbox; the storage's
+    /// `dstl.writer.memory-limit` when `None`.
+    pub memory_limit: Option<u64>,
+}
+
+/// One operator's writer. Calls are serialized; the handle can be shared across threads.
+pub struct Writer {
+    shared: Arc<WriterShared>,
+}
+
+impl Writer {
+    pub(crate) fn create(
+        shared: Arc<Shared>,
+        config: t::WriterConfig,
+        options: WriterOptions,
+    ) -> Result<Self, Error> {
+        let memory_limit = options
+            .memory_limit
+            .unwrap_or(shared.config.writer_memory_limit);
+        let name = config.name.clone();
+        let mut setup_error = None;
+        let writer = Arc::new_cyclic(|this: &Weak<WriterShared>| {
+            let stderr = MemoryOutputPipe::new(64 * 1024);
+            let ctx = WriterCtx {
+                name: name.clone(),
+                wasi: WasiCtx::builder().stderr(stderr.clone()).build(),
+                table: ResourceTable::new(),
+                limits: StoreLimitsBuilder::new()
+                    .memory_size(memory_limit as usize)
+                    .trap_on_grow_failure(true)
+                    .build(),
+                stderr,
+                shared: shared.clone(),
+                this: this.clone(),
+            };
+            let mut store = Store::new(&shared.wasm.engine, ctx);
+            store.limiter(|ctx| &mut ctx.limits);
+            let live = shared.wasm.pre.instantiate(&mut store).and_then(|bindings| {
+                let resource = bindings
+                    .dstl_changelog_writer()
+                    .writer()
+                    .call_constructor(&mut store, &c::to_wit_config(&config))?;
+                Ok(Live {
+                    store,
+                    bindings,
+                    resource,
+                })
+            });
+            let live = match live {
+                Ok(live) => Some(live),
+                Err(e) => {
+                    setup_error = Some(format!("{e:#}"));
+                    None
+                }
+            };
+            WriterShared {
+                name: name.clone(),
+                inner: Mutex::new(Inner {
+                    live,
+                    failure: None,
+                    pending: HashMap::new(),
+                }),
+                mailbox: Mutex::new(VecDeque::new()),
+                shared: shared.clone(),
+            }
+        });
+        if let Some(cause) = setup_error {
+            return Err(Error::Trapped {
+                writer: name,
+                cause: format!("could not instantiate the writer component: {cause}"),
+            });
+        }
+        Ok(Self { shared: writer })
+    }
+
+    /// The operator name the writer was created with.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Appends a data change for `key_group`.
+    pub fn append(&self, key_group: i32, value: &[u8]) -> Result<(), Error> {
+        self.call(|api, store, r| api.call_append(store, r, key_group, value))
+    }
+
+    /// Appends a metadata change.
+    pub fn append_meta(&self, value: &[u8]) -> Result<(), Error> {
+        self.call(|api, store, r| api.call_append_meta(store, r, value))
+    }
+
+    /// Appends many changes at once as packed columns: `lengths[i]` bytes of `data`
+    /// belong to `key_groups[i]` (-1 for metadata). A bad batch appends nothing.
+    pub fn append_batch(&self, key_groups: &[i32], lengths: &[u32], data: &[u8]) -> Result<(), Error> {
+        self.call(|api, store, r| api.call_append_batch(store, r, key_groups, lengths, data))
+    }
+
+    /// Always 0.
+    pub fn initial_sequence_number(&self) -> Result<u64, Error> {
+        self.call(|api, store, r| api.call_initial_sequence_number(store, r).map(Ok))
+    }
+
+    /// Closes the open change set (if non-empty) and returns the next sequence number.
+    pub fn next_sequence_number(&self) -> Result<u64, Error> {
+        self.call(|api, store, r| api.call_next_sequence_number(store, r).map(Ok))
+    }
+
+    /// Makes every change set from `from` on durable for `checkpoint`. The returned
+    /// future completes when the uploads it needs have landed (or failed).
+    pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
+        let name = self.shared.name.clone();
+        self.call_with(|inner, live| {
+            let reply = live
+                .bindings
+                .dstl_changelog_writer()
+                .writer()
+                .call_persist(&mut live.store, live.resource, from, checkpoint)?;
+            Ok(reply.map(|reply| match reply {
+                w::PersistReply::Ready(s) => PersistFuture::ready(Ok(c::from_wit_snapshot(s))),
+                w::PersistReply::Pending(ticket) => {
+                    let (tx, rx) = oneshot::channel();
+                    inner.insert(ticket, tx);
+                    PersistFuture::waiting(name, rx)
+                }
+            }))
+        })
+    }
+
+    /// Drops change sets below `to`.
+    pub fn truncate(&self, to: u64) -> Result<(), Error> {
+        self.call(|api, store, r| api.call_truncate(store, r, to))
+    }
+
+    /// A checkpoint holding `[from, to)` was confirmed.
+    pub fn confirm(&self, from: u64, to: u64, checkpoint: i64) -> Result<(), Error> {
+        self.call(|api, store, r| api.call_confirm(store, r, from, to, checkpoint))
+    }
+
+    /// A checkpoint holding `[from, to)` was aborted.
+    pub fn reset(&self, from: u64, to: u64, checkpoint: i64) -> Result<(), Error> {
+        self.call(|api, store, r| api.call_reset(store, r, from, to, checkpoint))
+    }
+
+    /// Releases change sets from `from` on and closes; pending persists fail with `closed`.
+    pub fn truncate_and_close(&self, from: u64) -> Result<(), Error> {
+        self.call_with(|pending, live| {
+            let completions = live
+                .bindings
+                .dstl_changelog_writer()
+                .writer()
+                .call_truncate_and_close(&mut live.store, live.resource, from)?;
+            Ok(completions.map(|list| pending.resolve(&self.shared.name, list)))
+        })
+    }
+
+    /// Closes the writer; pending persists fail with `closed`. Uploads still in flight
+    /// are released when they land.
+    pub fn close(&self) -> Result<(), Error> {
+        self.call_with(|pending, live| {
+            let completions = live
+                .bindings
+                .dstl_changelog_writer()
+                .writer()
+                .call_close(&mut live.store, live.resource)?;
+            Ok(completions.map(|list| pending.resolve(&self.shared.name, list)))
+        })
+    }
+
+    /// Why the sandbox failed, if it trapped.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.inner.lock().unwrap().failure.clone()
+    }
+
+    fn call<R>(
+        &self,
+        f: impl FnOnce(
+            &c::exports::dstl::changelog::writer::GuestWriter<'_>,
+            &mut Store<WriterCtx>,
+            ResourceAny,
+        ) -> wasmtime::Result<Result<R, w::WriterError>>,
+    ) -> Result<R, Error> {
+        self.call_with(|_, live| {
+            let api = live.bindings.dstl_changelog_writer().writer();
+            f(&api, &mut live.store, live.resource)
+        })
+    }
+
+    fn call_with<R>(
+        &self,
+        f: impl FnOnce(&mut Pending<'_>, &mut Live) -> wasmtime::Result<Result<R, w::WriterError>>,
+    ) -> Result<R, Error> {
+        let writer = &self.shared;
+        let mut inner = writer.inner.lock().unwrap();
+        writer.drain(&mut inner);
+        let outcome = {
+            let Inner { live, pending, .. } = &mut *inner;
+            live.as_mut().map(|live| f(&mut Pending(pending), live))
+        };
+        let result = match outcome {
+            None => Err(writer.trapped_error(&inner)),
+            Some(Ok(Ok(value))) => Ok(value),
+            Some(Ok(Err(e))) => Err(Error::Writer {
+                writer: writer.name.clone(),
+                source: c::from_wit_error(e),
+            }),
+            Some(Err(trap)) => {
+                writer.poison(&mut inner, trap);
+                Err(writer.trapped_error(&inner))
+            }
+        };
+        writer.drain(&mut inner);
+        drop(inner);
+        writer.pump();
+        result
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Drop the sandbox now; uploads still in flight find the writer gone and release
+        // their files themselves, and pending persists see the writer closed.
+        let mut inner = self.shared.inner.lock().unwrap();
+        inner.live = None;
+        inner.pending.clear();
+    }
+}
+
+/// Tickets of pending persists, as seen inside a writer call.
+struct Pending<'a>(&'a mut HashMap<u64, oneshot::Sender<Outcome>>);
+
+impl Pending<'_> {
+    fn insert(&mut self, ticket: u64, tx: oneshot::Sender<Outcome>) {
+        self.0.insert(ticket, tx);
+    }
+
+    fn resolve(&mut self, writer: &str, completions: Vec<w::PersistCompletion>) {
+        for completion in completions {
+            let Some(tx) = self.0.remove(&completion.ticket) else {
+                tracing::warn!(writer, ticket = completion.ticket, "completion for an unknown persist");
+                continue;
+            };
+            let outcome = completion
+                .outcome
+                .map(c::from_wit_snapshot)
+                .map_err(|e| Error::Writer {
+                    writer: writer.to_string(),
+                    source: c::from_wit_error(e),
+                });
+            // The caller may have dropped the future; that is fine.
+            let _ = tx.send(outcome);
+        }
+    }
+}
+
+impl WriterShared {
+    /// Queues an upload outcome and delivers it unless the writer is busy (then the
+    /// writer's own call delivers it before returning).
+    pub(crate) fn post(self: &Arc<Self>, letter: Letter) {
+        self.mailbox.lock().unwrap().push_back(letter);
+        self.pump();
+    }
+
+    fn pump(&self) {
+        loop {
+            if self.mailbox.lock().unwrap().is_empty() {
+                return;
+            }
+            // Busy: the call holding the lock drains the mailbox before it returns.
+            let Ok(mut inner) = self.inner.try_lock() else {
+                return;
+            };
+            self.drain(&mut inner);
+        }
+    }
+
+    fn drain(&self, inner: &mut Inner) {
+        loop {
+            let Some(letter) = self.mailbox.lock().unwrap().pop_front() else {
+                return;
+            };
+            if inner.live.is_none() {
+                // The sandbox is gone: nobody will reference these files.
+                if let Letter::Succeeded { results, .. } = letter {
+                    self.shared.release_results(&results);
+                }
+                continue;
+            }
+            let delivered = {
+                let Inner { live, pending, .. } = &mut *inner;
+                live.as_mut().map(|live| {
+                    let api = live.bindings.dstl_changelog_writer().writer();
+                    let outcome = match letter {
+                        Letter::Succeeded { task, results } => {
+                            let results = c::to_wit_results(results);
+                            api.call_on_upload_succeeded(&mut live.store, live.resource, task, &results)
+                        }
+                        Letter::Failed { task, cause } => {
+                            api.call_on_upload_failed(&mut live.store, live.resource, task, &cause)
+                        }
+                    };
+                    outcome.map(|completions| Pending(pending).resolve(&self.name, completions))
+                })
+            };
+            match delivered {
+                Some(Ok(())) => {}
+                Some(Err(trap)) => self.poison(inner, trap),
+                None => {}
+            }
+        }
+    }
+
+    /// The sandbox trapped: drop it and fail every pending persist with the cause.
+    fn poison(&self, inner: &mut Inner, trap: wasmtime::Error) {
+        let mut cause = format!("{trap:#}");
+        if let Some(live) = &inner.live {
+            let printed = live.store.data().stderr.contents();
+            if !printed.is_empty() {
+                cause.push_str("; guest stderr: ");
+                cause.push_str(String::from_utf8_lossy(&printed).trim());
+            }
+        }
+        tracing::error!(writer = %self.name, %cause, "writer sandbox trapped");
+        inner.live = None;
+        inner.failure = Some(cause);
+        let error = self.trapped_error(inner);
+        for (_, tx) in inner.pending.drain() {
+            let _ = tx.send(Err(error.clone()));
+        }
+    }
+
+    fn trapped_error(&self, inner: &Inner) -> Error {
+        match &inner.failure {
+            Some(cause) => Error::Trapped {
+                writer: self.name.clone(),
+                cause: cause.clone(),
+            },
+            None => Error::Writer {
+                writer: self.name.clone(),
+                source: WriterError::Closed(format!("writer {} was dropped", self.name)),
+            },
+        }
+    }
+}
+
+/// The outcome of a persist: ready at once, or completed by the writer's mailbox.
+pub struct PersistFuture {
+    state: FutureState,
+}
+
+enum FutureState {
+    Ready(Option<Outcome>),
+    Waiting {
+        writer: String,
+        rx: oneshot::Receiver<Outcome>,
+    },
+}
+
+fn dropped(writer: &str) -> Error {
+    Error::Writer {
+        writer: writer.to_string(),
+        source: WriterError::Closed(format!(
+            "writer {writer} was dropped before the persist completed"
+        )),
+    }
+}
+
+impl PersistFuture {
+    fn ready(outcome: Outcome) -> Self {
+        Self {
+            state: FutureState::Ready(Some(outcome)),
+        }
+    }
+
+    fn waiting(writer: String, rx: oneshot::Receiver<Outcome>) -> Self {
+        Self {
+            state: FutureState::Waiting { writer, rx },
+        }
+    }
+
+    /// True if the result was available when `persist` returned (nothing to upload).
+    pub fn is_immediate(&self) -> bool {
+        matches!(self.state, FutureState::Ready(_))
+    }
+
+    /// Blocks the calling thread until the persist completes. In async code, `.await`
+    /// the future instead (blocking inside a runtime is refused by tokio).
+    pub fn wait(self) -> Outcome {
+        match self.state {
+            FutureState::Ready(outcome) => outcome.expect("persist outcome taken twice"),
+            FutureState::Waiting { writer, rx } => {
+                rx.blocking_recv().unwrap_or_else(|_| Err(dropped(&writer)))
+            }
+        }
+    }
+}
+
+impl Future for PersistFuture {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match &mut self.state {
+            FutureState::Ready(outcome) => {
+                Poll::Ready(outcome.take().expect("persist future polled after completion"))
+            }
+            FutureState::Waiting { writer, rx } => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or_else(|_| Err(dropped(writer)))),
+        }
+    }
+}
