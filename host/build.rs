@@ -33,7 +33,16 @@ fn main() {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
-        .args(["build", "--locked", "-p", "dstl-guest", "--profile", "guest", "--target", TARGET])
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "dstl-guest",
+            "--profile",
+            "guest",
+            "--target",
+            TARGET,
+        ])
         .arg("--target-dir")
         .arg(&target_dir);
     for var in [
@@ -50,14 +59,19 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    let output = cmd.output().expect("failed to run cargo for the guest component");
+    let output = cmd
+        .output()
+        .expect("failed to run cargo for the guest component");
     if !output.status.success() {
         panic!(
             "building the guest component failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let wasm = target_dir.join(TARGET).join("guest").join("dstl_guest.wasm");
+    let wasm = target_dir
+        .join(TARGET)
+        .join("guest")
+        .join("dstl_guest.wasm");
     assert!(wasm.exists(), "guest build produced no {}", wasm.display());
     println!("cargo:rustc-env=DSTL_GUEST_WASM_PATH={}", wasm.display());
 }
@@ -71,12 +85,19 @@ fn ensure_target() {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     if let Some(sysroot) = sysroot
-        && Path::new(&sysroot).join("lib/rustlib").join(TARGET).exists()
+        && Path::new(&sysroot)
+            .join("lib/rustlib")
+            .join(TARGET)
+            .exists()
     {
         return;
     }
-    println!("cargo:warning=adding the {TARGET} target with rustup (needed for the guest component)");
-    let status = Command::new("rustup").args(["target", "add", TARGET]).status();
+    println!(
+        "cargo:warning=adding the {TARGET} target with rustup (needed for the guest component)"
+    );
+    let status = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status();
     match status {
         Ok(s) if s.success() => {}
         other => panic!(

@@ -54,7 +54,9 @@ pub enum FormatError {
         len: u64,
     },
     /// A block ends before its declared content.
-    #[error("truncated change set at logical position {position}: need {needed} more bytes, {available} left")]
+    #[error(
+        "truncated change set at logical position {position}: need {needed} more bytes, {available} left"
+    )]
     Truncated {
         /// Where the read started.
         position: u64,
@@ -116,8 +118,7 @@ impl ChangeSetBuilder {
         // A stable sort keeps the append order within a key group; -1 sorts first.
         self.entries.sort_by_key(|e| e.0);
         let groups = count_groups(&self.entries);
-        let mut out =
-            Vec::with_capacity(4 + groups * 8 + self.entries.len() * 4 + self.data.len());
+        let mut out = Vec::with_capacity(4 + groups * 8 + self.entries.len() * 4 + self.data.len());
         out.extend_from_slice(&(groups as i32).to_be_bytes());
         let mut i = 0;
         while i < self.entries.len() {
@@ -437,7 +438,9 @@ mod tests {
     #[test]
     fn flink_compressed_example_decodes() {
         // Spec §6.2: the same data as written by Flink with compression on.
-        let mut file = vec![0x01, 0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59];
+        let mut file = vec![
+            0x01, 0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59,
+        ];
         file.extend_from_slice(&[0x00, 0x3c, 0x00, 0x00, 0x7a, 0x3c, 0x7c, 0x55]);
         file.extend_from_slice(&[
             0x43, 0x2c, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x01, 0xff, 0xff, 0xff, 0xff,
@@ -454,7 +457,10 @@ mod tests {
     fn compressed_round_trip_has_same_offsets() {
         let (file, offsets) = encode_file(&example_blocks(), true).unwrap();
         assert_eq!(file[0], FLAG_SNAPPY);
-        assert_eq!(&file[1..11], &[0xff, 6, 0, 0, b's', b'N', b'a', b'P', b'p', b'Y']);
+        assert_eq!(
+            &file[1..11],
+            &[0xff, 6, 0, 0, b's', b'N', b'a', b'P', b'p', b'Y']
+        );
         assert_eq!(offsets, vec![0, 49]);
         assert_eq!(&logical_bytes(&file).unwrap()[..], &EXAMPLE_PLAIN[1..]);
     }
@@ -475,18 +481,28 @@ mod tests {
         ));
         assert!(matches!(
             decode_change_set(&EXAMPLE_PLAIN[1..], 68),
-            Err(FormatError::OffsetOutOfRange { offset: 68, len: 67 })
+            Err(FormatError::OffsetOutOfRange {
+                offset: 68,
+                len: 67
+            })
         ));
         // A huge group count is refused before anything is sized by it.
         assert!(matches!(
             decode_change_set(&[0x7f, 0xff, 0xff, 0xff], 0),
-            Err(FormatError::InvalidField { what: "group count", .. })
+            Err(FormatError::InvalidField {
+                what: "group count",
+                ..
+            })
         ));
         // A negative value length.
         let bad = [0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0xff, 0xff, 0xff, 0xfe];
         assert!(matches!(
             decode_change_set(&bad, 0),
-            Err(FormatError::InvalidField { what: "value length", value: -2, .. })
+            Err(FormatError::InvalidField {
+                what: "value length",
+                value: -2,
+                ..
+            })
         ));
         // Every strict prefix of a valid block fails cleanly.
         let block = &EXAMPLE_PLAIN[1..50];

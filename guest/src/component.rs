@@ -138,7 +138,10 @@ fn to_wit_completions(list: Vec<t::PersistCompletion>) -> Vec<w::PersistCompleti
 struct WriterResource(RefCell<Result<Writer, t::WriterError>>);
 
 impl WriterResource {
-    fn with<R>(&self, f: impl FnOnce(&mut Writer, &mut HostEffects) -> Result<R, t::WriterError>) -> Result<R, w::WriterError> {
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut Writer, &mut HostEffects) -> Result<R, t::WriterError>,
+    ) -> Result<R, w::WriterError> {
         match &mut *self.0.borrow_mut() {
             Ok(writer) => f(writer, &mut HostEffects).map_err(to_wit_error),
             Err(e) => Err(to_wit_error(e.clone())),
@@ -163,7 +166,12 @@ impl GuestWriter for WriterResource {
         self.with(|wr, fx| wr.append(fx, key_group, &value))
     }
 
-    fn append_batch(&self, key_groups: Vec<i32>, lengths: Vec<u32>, data: Vec<u8>) -> Result<(), w::WriterError> {
+    fn append_batch(
+        &self,
+        key_groups: Vec<i32>,
+        lengths: Vec<u32>,
+        data: Vec<u8>,
+    ) -> Result<(), w::WriterError> {
         self.with(|wr, fx| wr.append_batch(fx, &key_groups, &lengths, &data))
     }
 
@@ -176,14 +184,16 @@ impl GuestWriter for WriterResource {
     }
 
     fn next_sequence_number(&self) -> u64 {
-        self.with(|wr, _| Ok(wr.next_sequence_number())).unwrap_or(0)
+        self.with(|wr, _| Ok(wr.next_sequence_number()))
+            .unwrap_or(0)
     }
 
     fn persist(&self, start: u64, checkpoint: i64) -> Result<w::PersistReply, w::WriterError> {
-        self.with(|wr, fx| wr.persist(fx, start, checkpoint)).map(|r| match r {
-            t::PersistReply::Ready(s) => w::PersistReply::Ready(to_wit_snapshot(s)),
-            t::PersistReply::Pending(ticket) => w::PersistReply::Pending(ticket),
-        })
+        self.with(|wr, fx| wr.persist(fx, start, checkpoint))
+            .map(|r| match r {
+                t::PersistReply::Ready(s) => w::PersistReply::Ready(to_wit_snapshot(s)),
+                t::PersistReply::Pending(ticket) => w::PersistReply::Pending(ticket),
+            })
     }
 
     fn truncate(&self, to: u64) -> Result<(), w::WriterError> {
@@ -191,7 +201,8 @@ impl GuestWriter for WriterResource {
     }
 
     fn truncate_and_close(&self, start: u64) -> Result<Vec<w::PersistCompletion>, w::WriterError> {
-        self.with(|wr, fx| wr.truncate_and_close(fx, start)).map(to_wit_completions)
+        self.with(|wr, fx| wr.truncate_and_close(fx, start))
+            .map(to_wit_completions)
     }
 
     fn confirm(&self, start: u64, end: u64, checkpoint: i64) -> Result<(), w::WriterError> {
@@ -206,7 +217,11 @@ impl GuestWriter for WriterResource {
         self.with(|wr, fx| wr.close(fx)).map(to_wit_completions)
     }
 
-    fn on_upload_succeeded(&self, task: u64, results: Vec<w::UploadResult>) -> Vec<w::PersistCompletion> {
+    fn on_upload_succeeded(
+        &self,
+        task: u64,
+        results: Vec<w::UploadResult>,
+    ) -> Vec<w::PersistCompletion> {
         let results = results
             .into_iter()
             .map(|r| t::UploadResult {

@@ -612,12 +612,17 @@ impl Writer {
     }
 
     /// Drops the local part of uploaded results whose local file was deleted, so later
-    /// snapshots never point at a deleted local copy (§12.10, the abort case).
+    /// snapshots, including persists still waiting for uploads, never point at a deleted
+    /// local copy (§12.10, the abort case).
     fn forget_local_copies(&mut self, discarded: &[String]) {
         if discarded.is_empty() {
             return;
         }
-        for result in self.uploaded.values_mut() {
+        let pending = self
+            .listeners
+            .iter_mut()
+            .flat_map(|l| l.results.values_mut());
+        for result in self.uploaded.values_mut().chain(pending) {
             if result
                 .local
                 .as_ref()
@@ -629,7 +634,11 @@ impl Writer {
     }
 
     /// Drops change sets below `to` (materialization or subsumption).
-    pub fn truncate(&mut self, fx: &mut impl Effects, to: SequenceNumber) -> Result<(), WriterError> {
+    pub fn truncate(
+        &mut self,
+        fx: &mut impl Effects,
+        to: SequenceNumber,
+    ) -> Result<(), WriterError> {
         self.ensure_open("truncate")?;
         if to > self.active_sqn {
             return Err(WriterError::InvalidArgument(format!(

@@ -317,9 +317,7 @@ pub fn parse_memory(value: &str) -> Option<u64> {
 pub fn parse_duration(value: &str) -> Option<Duration> {
     let (n, unit) = split_number(value.trim())?;
     Some(match unit.as_str() {
-        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => {
-            Duration::from_millis(n)
-        }
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => Duration::from_millis(n),
         "ns" | "nano" | "nanos" | "nanosecond" | "nanoseconds" => Duration::from_nanos(n),
         "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => {
             Duration::from_micros(n)
@@ -379,7 +377,8 @@ mod tests {
             c.apply_pairs(["novalue"]),
             Err(ConfigError::NotAPair(_))
         ));
-        c.set("dstl.dfs.batch.persist-size-threshold", "200mb").unwrap();
+        c.set("dstl.dfs.batch.persist-size-threshold", "200mb")
+            .unwrap();
         assert!(c.validate().is_err());
     }
 }

@@ -27,8 +27,8 @@ mod registry;
 mod storage;
 pub mod store;
 mod uploader;
-mod writer;
 pub mod workload;
+mod writer;
 
 pub use config::{Config, ConfigError};
 pub use dstl_guest::codec::Change;
@@ -40,7 +40,7 @@ pub use metrics::MetricsSnapshot;
 pub use reader::ReadError;
 pub use registry::{LocalRegistry, TaskRegistry};
 pub use storage::ChangelogStorage;
-pub use writer::{PersistFuture, Writer, WriterOptions};
+pub use writer::{ComponentDecoder, PersistFuture, Writer, WriterOptions};
 
 /// Decoding of raw changelog bytes (the same codec the writer component uses).
 pub mod codec {

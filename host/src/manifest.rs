@@ -94,7 +94,12 @@ fn range(r: KeyGroupRange) -> Range {
     }
 }
 
-fn to_handle(range: Range, state_size: u64, incremental_size: u64, entries: &[Entry]) -> ChangelogHandle {
+fn to_handle(
+    range: Range,
+    state_size: u64,
+    incremental_size: u64,
+    entries: &[Entry],
+) -> ChangelogHandle {
     ChangelogHandle {
         entries: entries
             .iter()
@@ -143,14 +148,24 @@ impl Manifest {
 
     /// The remote handle.
     pub fn remote_handle(&self) -> ChangelogHandle {
-        to_handle(self.key_group_range, self.state_size, self.incremental_size, &self.entries)
+        to_handle(
+            self.key_group_range,
+            self.state_size,
+            self.incremental_size,
+            &self.entries,
+        )
     }
 
     /// The local handle, if any.
     pub fn local_handle(&self) -> Option<ChangelogHandle> {
-        self.local
-            .as_ref()
-            .map(|l| to_handle(l.key_group_range, l.state_size, l.incremental_size, &l.entries))
+        self.local.as_ref().map(|l| {
+            to_handle(
+                l.key_group_range,
+                l.state_size,
+                l.incremental_size,
+                &l.entries,
+            )
+        })
     }
 
     /// Reads a manifest file.
@@ -176,7 +191,11 @@ impl Manifest {
         }
         std::fs::rename(&tmp, path)?;
         if let Some(dir) = path.parent() {
-            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
             std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(())

@@ -41,9 +41,11 @@ impl Metrics {
 
     pub fn success(&self, logical: u64, written: u64, nanos: u64) {
         self.uploaded_files.fetch_add(1, Ordering::Relaxed);
-        self.uploaded_logical_bytes.fetch_add(logical, Ordering::Relaxed);
+        self.uploaded_logical_bytes
+            .fetch_add(logical, Ordering::Relaxed);
         self.written_bytes.fetch_add(written, Ordering::Relaxed);
-        self.upload_latency_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.upload_latency_nanos
+            .fetch_add(nanos, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> MetricsSnapshot {

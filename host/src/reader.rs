@@ -33,7 +33,9 @@ pub enum ReadError {
         source: FormatError,
     },
     /// The file's logical length differs from the one the handle recorded.
-    #[error("changelog file {path} has {actual} logical bytes but the handle records {expected}: the file was truncated or replaced")]
+    #[error(
+        "changelog file {path} has {actual} logical bytes but the handle records {expected}: the file was truncated or replaced"
+    )]
     SizeMismatch {
         /// The file.
         path: String,
@@ -73,12 +75,13 @@ pub fn read_handle(handle: &ChangelogHandle) -> Result<Vec<Change>, ReadError> {
             files.insert(path, logical);
         }
         let logical = &files[path];
-        let decoded =
-            codec::decode_change_set(logical, entry.offset).map_err(|source| ReadError::Format {
+        let decoded = codec::decode_change_set(logical, entry.offset).map_err(|source| {
+            ReadError::Format {
                 path: path.to_string(),
                 offset: entry.offset,
                 source,
-            })?;
+            }
+        })?;
         changes.extend(decoded);
     }
     Ok(changes)

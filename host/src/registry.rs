@@ -50,7 +50,10 @@ impl TaskRegistry {
 
     /// Starts tracking a new file used by `count` change sets.
     pub fn start_tracking(&self, path: &str, count: u64) {
-        assert!(count > 0, "initial reference count of {path} must be above zero");
+        assert!(
+            count > 0,
+            "initial reference count of {path} must be above zero"
+        );
         let previous = self.counts.lock().unwrap().insert(path.to_string(), count);
         if previous.is_some() {
             tracing::warn!(%path, "file was already tracked; its count was replaced");

@@ -149,6 +149,11 @@ impl ChangelogStorage {
         Writer::create(self.shared.clone(), config, options)
     }
 
+    /// A sandboxed instance of the component's own decoder (the `reader` export).
+    pub fn component_decoder(&self) -> Result<crate::writer::ComponentDecoder, Error> {
+        crate::writer::ComponentDecoder::new(&self.shared)
+    }
+
     /// Reads a snapshot back (recovery).
     pub fn read(&self, handle: &ChangelogHandle) -> Result<Vec<Change>, ReadError> {
         crate::reader::read_handle(handle)

@@ -76,7 +76,10 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"hello");
         assert!(store.create("f", b"other").is_err());
         assert_eq!(fs::read(&path).unwrap(), b"hello");
-        let names: Vec<_> = fs::read_dir(store.dir()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(store.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec!["f"]);
         delete(path.to_str().unwrap()).unwrap();
         delete(path.to_str().unwrap()).unwrap();

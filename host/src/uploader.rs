@@ -92,7 +92,10 @@ impl Uploader {
         for task in tasks {
             let mut task_offsets = Vec::with_capacity(task.change_sets.len());
             for change_set in &task.change_sets {
-                task_offsets.push(file.write_block(&change_set.block).map_err(|e| e.to_string())?);
+                task_offsets.push(
+                    file.write_block(&change_set.block)
+                        .map_err(|e| e.to_string())?,
+                );
             }
             offsets.push(task_offsets);
         }

@@ -43,7 +43,10 @@ impl Workload {
             bail!("--writers {} must be between 1 and 10000", self.writers);
         }
         if self.key_groups <= 0 || self.key_groups > 32_768 {
-            bail!("--key-groups {} must be between 1 and 32768", self.key_groups);
+            bail!(
+                "--key-groups {} must be between 1 and 32768",
+                self.key_groups
+            );
         }
         if self.checkpoint_every == 0 {
             bail!("--checkpoint-every must be at least 1");
@@ -126,7 +129,10 @@ pub fn run(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("writer thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("writer thread panicked")))
+            })
             .collect()
     });
     storage.wait_idle();
@@ -191,7 +197,9 @@ fn run_writer(
             end: workload.key_groups - 1,
         },
     )?;
-    let mut rng = ChaCha8Rng::seed_from_u64(workload.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut rng = ChaCha8Rng::seed_from_u64(
+        workload.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    );
     let mut outcome = WriterOutcome {
         latencies: Vec::new(),
         checkpoints: 0,
@@ -223,7 +231,13 @@ fn run_writer(
         since_checkpoint += n;
         progress(n);
         if since_checkpoint == workload.checkpoint_every || done == changes {
-            from = checkpoint(&writer, workload, &mut outcome, from, std::mem::take(&mut interval))?;
+            from = checkpoint(
+                &writer,
+                workload,
+                &mut outcome,
+                from,
+                std::mem::take(&mut interval),
+            )?;
             since_checkpoint = 0;
         }
     }

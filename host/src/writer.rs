@@ -65,7 +65,9 @@ impl c::dstl::changelog::registry::Host for WriterCtx {
 
 impl c::dstl::changelog::local_registry::Host for WriterCtx {
     fn register(&mut self, handle: w::StreamHandle, checkpoint: i64) {
-        self.shared.local_registry.register(&handle.path, checkpoint);
+        self.shared
+            .local_registry
+            .register(&handle.path, checkpoint);
     }
 
     fn discard_up_to(&mut self, checkpoint: i64) -> Vec<String> {
@@ -84,6 +86,90 @@ impl c::dstl::changelog::logging::Host for WriterCtx {
             Level::Warn => tracing::warn!(writer, "{message}"),
             Level::Error => tracing::error!(writer, "{message}"),
         }
+    }
+}
+
+/// A sandbox for one component instance, its memory capped at `memory_limit` bytes and
+/// its stderr captured so a guest panic's message reaches the error.
+pub(crate) fn new_store(
+    shared: &Arc<Shared>,
+    name: &str,
+    memory_limit: u64,
+    this: Weak<WriterShared>,
+) -> Store<WriterCtx> {
+    let stderr = MemoryOutputPipe::new(64 * 1024);
+    let ctx = WriterCtx {
+        name: name.to_string(),
+        wasi: WasiCtx::builder().stderr(stderr.clone()).build(),
+        table: ResourceTable::new(),
+        limits: StoreLimitsBuilder::new()
+            .memory_size(memory_limit as usize)
+            .trap_on_grow_failure(true)
+            .build(),
+        stderr,
+        shared: shared.clone(),
+        this,
+    };
+    let mut store = Store::new(&shared.wasm.engine, ctx);
+    store.limiter(|ctx| &mut ctx.limits);
+    store
+}
+
+/// The component's exported decoder, for checking it against the host's reader.
+pub struct ComponentDecoder {
+    store: Store<WriterCtx>,
+    bindings: Changelog,
+}
+
+impl ComponentDecoder {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Result<Self, Error> {
+        let mut store = new_store(
+            shared,
+            "decoder",
+            shared.config.writer_memory_limit,
+            Weak::new(),
+        );
+        let bindings = shared
+            .wasm
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| Error::Trapped {
+                writer: "decoder".into(),
+                cause: format!("{e:#}"),
+            })?;
+        Ok(Self { store, bindings })
+    }
+
+    fn trap(e: wasmtime::Error) -> String {
+        format!("decoder sandbox trapped: {e:#}")
+    }
+
+    /// A whole file's logical bytes, decoded inside the sandbox.
+    pub fn logical_bytes(&mut self, file: &[u8]) -> Result<Vec<u8>, String> {
+        self.bindings
+            .dstl_changelog_reader()
+            .call_logical_bytes(&mut self.store, file)
+            .map_err(Self::trap)?
+    }
+
+    /// The change set at `offset` of `logical`, decoded inside the sandbox.
+    pub fn decode_change_set(
+        &mut self,
+        logical: &[u8],
+        offset: u64,
+    ) -> Result<Vec<dstl_guest::codec::Change>, String> {
+        let changes = self
+            .bindings
+            .dstl_changelog_reader()
+            .call_decode_change_set(&mut self.store, logical, offset)
+            .map_err(Self::trap)??;
+        Ok(changes
+            .into_iter()
+            .map(|c| dstl_guest::codec::Change {
+                key_group: c.key_group,
+                value: c.value,
+            })
+            .collect())
     }
 }
 
@@ -147,32 +233,22 @@ impl Writer {
         let name = config.name.clone();
         let mut setup_error = None;
         let writer = Arc::new_cyclic(|this: &Weak<WriterShared>| {
-            let stderr = MemoryOutputPipe::new(64 * 1024);
-            let ctx = WriterCtx {
-                name: name.clone(),
-                wasi: WasiCtx::builder().stderr(stderr.clone()).build(),
-                table: ResourceTable::new(),
-                limits: StoreLimitsBuilder::new()
-                    .memory_size(memory_limit as usize)
-                    .trap_on_grow_failure(true)
-                    .build(),
-                stderr,
-                shared: shared.clone(),
-                this: this.clone(),
-            };
-            let mut store = Store::new(&shared.wasm.engine, ctx);
-            store.limiter(|ctx| &mut ctx.limits);
-            let live = shared.wasm.pre.instantiate(&mut store).and_then(|bindings| {
-                let resource = bindings
-                    .dstl_changelog_writer()
-                    .writer()
-                    .call_constructor(&mut store, &c::to_wit_config(&config))?;
-                Ok(Live {
-                    store,
-                    bindings,
-                    resource,
-                })
-            });
+            let mut store = new_store(&shared, &name, memory_limit, this.clone());
+            let live = shared
+                .wasm
+                .pre
+                .instantiate(&mut store)
+                .and_then(|bindings| {
+                    let resource = bindings
+                        .dstl_changelog_writer()
+                        .writer()
+                        .call_constructor(&mut store, &c::to_wit_config(&config))?;
+                    Ok(Live {
+                        store,
+                        bindings,
+                        resource,
+                    })
+                });
             let live = match live {
                 Ok(live) => Some(live),
                 Err(e) => {
@@ -217,7 +293,12 @@ impl Writer {
 
     /// Appends many changes at once as packed columns: `lengths[i]` bytes of `data`
     /// belong to `key_groups[i]` (-1 for metadata). A bad batch appends nothing.
-    pub fn append_batch(&self, key_groups: &[i32], lengths: &[u32], data: &[u8]) -> Result<(), Error> {
+    pub fn append_batch(
+        &self,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data: &[u8],
+    ) -> Result<(), Error> {
         self.call(|api, store, r| api.call_append_batch(store, r, key_groups, lengths, data))
     }
 
@@ -362,7 +443,11 @@ impl Pending<'_> {
     fn resolve(&mut self, writer: &str, completions: Vec<w::PersistCompletion>) {
         for completion in completions {
             let Some(tx) = self.0.remove(&completion.ticket) else {
-                tracing::warn!(writer, ticket = completion.ticket, "completion for an unknown persist");
+                tracing::warn!(
+                    writer,
+                    ticket = completion.ticket,
+                    "completion for an unknown persist"
+                );
                 continue;
             };
             let outcome = completion
@@ -418,7 +503,12 @@ impl WriterShared {
                     let outcome = match letter {
                         Letter::Succeeded { task, results } => {
                             let results = c::to_wit_results(results);
-                            api.call_on_upload_succeeded(&mut live.store, live.resource, task, &results)
+                            api.call_on_upload_succeeded(
+                                &mut live.store,
+                                live.resource,
+                                task,
+                                &results,
+                            )
                         }
                         Letter::Failed { task, cause } => {
                             api.call_on_upload_failed(&mut live.store, live.resource, task, &cause)
@@ -525,9 +615,11 @@ impl Future for PersistFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
         match &mut self.state {
-            FutureState::Ready(outcome) => {
-                Poll::Ready(outcome.take().expect("persist future polled after completion"))
-            }
+            FutureState::Ready(outcome) => Poll::Ready(
+                outcome
+                    .take()
+                    .expect("persist future polled after completion"),
+            ),
             FutureState::Waiting { writer, rx } => Pin::new(rx)
                 .poll(cx)
                 .map(|r| r.unwrap_or_else(|_| Err(dropped(writer)))),

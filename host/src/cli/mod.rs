@@ -141,13 +141,32 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
-        println!("dstl run: {} writers, {} changes of {} B into {}", summary.writers, summary.changes, args.change_size, summary.dir);
+        println!(
+            "dstl run: {} writers, {} changes of {} B into {}",
+            summary.writers, summary.changes, args.change_size, summary.dir
+        );
         println!("  wall            {:.2} s", summary.wall_s);
-        println!("  appends         {:.0}/s ({:.1} MB/s payload)", summary.appends_per_s, summary.payload_mb_per_s);
-        println!("  checkpoints     {} (persist p50 {:.2} ms, p99 {:.2} ms)", summary.checkpoints, summary.persist_p50_ms, summary.persist_p99_ms);
-        println!("  files           {} ({} bytes written)", summary.files, summary.bytes_written);
+        println!(
+            "  appends         {:.0}/s ({:.1} MB/s payload)",
+            summary.appends_per_s, summary.payload_mb_per_s
+        );
+        println!(
+            "  checkpoints     {} (persist p50 {:.2} ms, p99 {:.2} ms)",
+            summary.checkpoints, summary.persist_p50_ms, summary.persist_p99_ms
+        );
+        println!(
+            "  files           {} ({} bytes written)",
+            summary.files, summary.bytes_written
+        );
         println!("  peak RSS        {:.1} MB", summary.peak_rss_mb);
-        println!("  verified        {}", if summary.verified { "yes: every writer's last checkpoint read back exactly" } else { "no" });
+        println!(
+            "  verified        {}",
+            if summary.verified {
+                "yes: every writer's last checkpoint read back exactly"
+            } else {
+                "no"
+            }
+        );
     }
     Ok(())
 }
@@ -165,7 +184,12 @@ fn read(path: &PathBuf, digest: bool, local: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if digest {
-        writeln!(out, "changes={} sha256={}", changes.len(), dstl::reader::digest(&changes))?;
+        writeln!(
+            out,
+            "changes={} sha256={}",
+            changes.len(),
+            dstl::reader::digest(&changes)
+        )?;
     } else {
         for change in &changes {
             writeln!(out, "{}\t{}", change.key_group, hex(&change.value))?;
@@ -186,11 +210,20 @@ fn hex(bytes: &[u8]) -> String {
 
 fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let logical = codec::logical_bytes(&bytes).with_context(|| format!("{} is not a changelog file", path.display()))?;
+    let logical = codec::logical_bytes(&bytes)
+        .with_context(|| format!("{} is not a changelog file", path.display()))?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     writeln!(out, "file            {}", path.display())?;
-    writeln!(out, "compression     {}", if bytes[0] == codec::FLAG_SNAPPY { "snappy (framed)" } else { "none" })?;
+    writeln!(
+        out,
+        "compression     {}",
+        if bytes[0] == codec::FLAG_SNAPPY {
+            "snappy (framed)"
+        } else {
+            "none"
+        }
+    )?;
     writeln!(out, "bytes on disk   {}", bytes.len())?;
     writeln!(out, "logical bytes   {}", logical.len())?;
     let mut offset = 0u64;
@@ -212,7 +245,11 @@ fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
                 _ => groups.push((change.key_group, 1, change.value.len() as u64)),
             }
             if values {
-                lines.push(format!("      {}\t{}", change.key_group, hex(&change.value)));
+                lines.push(format!(
+                    "      {}\t{}",
+                    change.key_group,
+                    hex(&change.value)
+                ));
             }
         }
         let changes: usize = groups.iter().map(|g| g.1).sum();
@@ -224,7 +261,11 @@ fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
             groups.len()
         )?;
         for (key_group, count, size) in &groups {
-            let label = if *key_group == codec::META_KEY_GROUP { "meta".to_string() } else { format!("kg {key_group}") };
+            let label = if *key_group == codec::META_KEY_GROUP {
+                "meta".to_string()
+            } else {
+                format!("kg {key_group}")
+            };
             writeln!(out, "    {label:>8}: {count} changes, {size} bytes")?;
         }
         for line in lines {

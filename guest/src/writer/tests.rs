@@ -1,0 +1,2039 @@
+//! Native unit tests of the writer state machine: the upstream `FsStateChangelogWriterTest`
+//! and `FsStateChangelogWriterSqnTest` scenarios (spec §11.1, §11.2), the preconditions and
+//! messages of §2.4, and the deliberate fixes of §12.
+//!
+//! Effects go to [`Fake`], which records everything and models Flink's two registries: the
+//! task registry (ref count per file, started at the number of change sets in the file) and
+//! the local registry (last-used checkpoint per local file, `discard_up_to(n)` drops `< n`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+use crate::codec::{Change, decode_change_set};
+
+const KG: i32 = 0;
+const NAME: &str = "op";
+const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 9 };
+
+fn config(threshold: u64, local_recovery: bool) -> WriterConfig {
+    WriterConfig {
+        name: NAME.to_string(),
+        key_group_range: RANGE,
+        preemptive_persist_threshold: threshold,
+        local_recovery,
+    }
+}
+
+fn writer(threshold: u64) -> Writer {
+    Writer::new(config(threshold, false)).expect("valid config")
+}
+
+fn local_writer(threshold: u64) -> Writer {
+    Writer::new(config(threshold, true)).expect("valid config")
+}
+
+/// Deterministic "random" payload.
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Flink's test helper: returns the sequence number the appended change gets.
+fn append(w: &mut Writer, fx: &mut Fake, value: &[u8]) -> SequenceNumber {
+    let sqn = w.next_sequence_number();
+    w.append(fx, KG, value).expect("append");
+    sqn
+}
+
+// ---------------------------------------------------------------------------------------
+// The recording fake
+// ---------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Fake {
+    /// Every accepted task, in schedule order.
+    scheduled: Vec<UploadTask>,
+    /// Tasks whose outcome was delivered.
+    finished: BTreeSet<u64>,
+    /// When set, `schedule` refuses with this cause.
+    refuse: Option<String>,
+    /// When set, uploads also produce a local copy.
+    local_copies: bool,
+    releases: Vec<StreamHandle>,
+    stop_trackings: Vec<StreamHandle>,
+    local_registrations: Vec<(String, CheckpointId)>,
+    local_discards: Vec<(CheckpointId, Vec<String>)>,
+    logs: Vec<(Level, String)>,
+    /// Task registry: path -> ref count.
+    ref_counts: BTreeMap<String, u64>,
+    /// Releases of files the task registry no longer tracked (Flink logs and ignores them).
+    untracked_releases: Vec<String>,
+    /// Local registry: path -> (handle, last-used checkpoint).
+    local_registry: BTreeMap<String, (StreamHandle, CheckpointId)>,
+    /// Files deleted by either registry.
+    deleted: BTreeSet<String>,
+    /// Logical bytes of every written file.
+    files: BTreeMap<String, Vec<u8>>,
+    next_file: u64,
+}
+
+impl Effects for Fake {
+    fn schedule(&mut self, task: UploadTask) -> Result<(), String> {
+        if let Some(cause) = &self.refuse {
+            return Err(cause.clone());
+        }
+        assert!(
+            !task.change_sets.is_empty(),
+            "the writer scheduled an empty task {}",
+            task.id
+        );
+        assert!(
+            task.change_sets
+                .windows(2)
+                .all(|w| w[0].sequence_number < w[1].sequence_number),
+            "change sets of a task must be in ascending sequence-number order"
+        );
+        assert!(
+            self.scheduled.iter().all(|t| t.id != task.id),
+            "task id {} scheduled twice",
+            task.id
+        );
+        self.scheduled.push(task);
+        Ok(())
+    }
+
+    fn release(&mut self, handle: &StreamHandle) {
+        self.releases.push(handle.clone());
+        match self.ref_counts.get_mut(&handle.path) {
+            None => self.untracked_releases.push(handle.path.clone()),
+            Some(count) => {
+                *count -= 1;
+                if *count == 0 {
+                    self.ref_counts.remove(&handle.path);
+                    self.deleted.insert(handle.path.clone());
+                }
+            }
+        }
+    }
+
+    fn stop_tracking(&mut self, handle: &StreamHandle) {
+        self.stop_trackings.push(handle.clone());
+        self.ref_counts.remove(&handle.path);
+    }
+
+    fn local_register(&mut self, handle: &StreamHandle, checkpoint: CheckpointId) {
+        assert_ne!(
+            checkpoint, PREEMPTIVE_CHECKPOINT,
+            "local files must never be registered under the pre-emptive checkpoint id"
+        );
+        self.local_registrations
+            .push((handle.path.clone(), checkpoint));
+        let entry = self
+            .local_registry
+            .entry(handle.path.clone())
+            .or_insert_with(|| (handle.clone(), checkpoint));
+        assert_eq!(
+            entry.0, *handle,
+            "re-registered a local path with a different handle"
+        );
+        entry.1 = entry.1.max(checkpoint);
+    }
+
+    fn local_discard_up_to(&mut self, checkpoint: CheckpointId) -> Vec<String> {
+        let paths: Vec<String> = self
+            .local_registry
+            .iter()
+            .filter(|(_, (_, last_used))| *last_used < checkpoint)
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in &paths {
+            self.local_registry.remove(path);
+            self.deleted.insert(path.clone());
+        }
+        self.local_discards.push((checkpoint, paths.clone()));
+        paths
+    }
+
+    fn log(&mut self, level: Level, message: &str) {
+        self.logs.push((level, message.to_string()));
+    }
+}
+
+impl Fake {
+    fn with_local_copies() -> Self {
+        Self {
+            local_copies: true,
+            ..Self::default()
+        }
+    }
+
+    fn task(&self, id: u64) -> &UploadTask {
+        self.scheduled
+            .iter()
+            .find(|t| t.id == id)
+            .unwrap_or_else(|| panic!("no scheduled task {id}"))
+    }
+
+    /// Ids of scheduled tasks without an outcome yet, in schedule order.
+    fn pending(&self) -> Vec<u64> {
+        self.scheduled
+            .iter()
+            .map(|t| t.id)
+            .filter(|id| !self.finished.contains(id))
+            .collect()
+    }
+
+    fn last_task(&self) -> &UploadTask {
+        self.scheduled.last().expect("a scheduled task")
+    }
+
+    /// Sequence numbers of every scheduled task, per task.
+    fn scheduled_sqns(&self) -> Vec<Vec<SequenceNumber>> {
+        self.scheduled
+            .iter()
+            .map(|t| t.change_sets.iter().map(|c| c.sequence_number).collect())
+            .collect()
+    }
+
+    fn is_deleted(&self, path: &str) -> bool {
+        self.deleted.contains(path)
+    }
+
+    fn warnings(&self) -> Vec<&str> {
+        self.logs
+            .iter()
+            .filter(|(l, _)| *l == Level::Warn)
+            .map(|(_, m)| m.as_str())
+            .collect()
+    }
+
+    /// "Uploads" the given tasks into one remote file (plus one local copy when asked):
+    /// offsets are the running sum of block lengths, the task registry starts tracking the
+    /// file(s) with the number of change sets in it, and one result list per task is built.
+    fn write_file(&mut self, ids: &[u64]) -> Vec<(u64, Vec<UploadResult>)> {
+        assert!(!ids.is_empty());
+        let n = self.next_file;
+        self.next_file += 1;
+        let mut logical = Vec::new();
+        let mut per_task = Vec::new();
+        let mut change_sets = 0u64;
+        for &id in ids {
+            let task = self.task(id).clone();
+            assert!(self.finished.insert(id), "task {id} already has an outcome");
+            let mut entries = Vec::new();
+            for cs in &task.change_sets {
+                entries.push((cs.sequence_number, logical.len() as u64, cs.size));
+                logical.extend_from_slice(&cs.block);
+                change_sets += 1;
+            }
+            per_task.push((id, entries));
+        }
+        let remote = StreamHandle {
+            path: format!("remote/{n}"),
+            file_size: logical.len() as u64,
+        };
+        let local = self.local_copies.then(|| StreamHandle {
+            path: format!("local/{n}"),
+            file_size: logical.len() as u64,
+        });
+        self.ref_counts.insert(remote.path.clone(), change_sets);
+        if let Some(local) = &local {
+            self.ref_counts.insert(local.path.clone(), change_sets);
+            self.files.insert(local.path.clone(), logical.clone());
+        }
+        self.files.insert(remote.path.clone(), logical);
+        per_task
+            .into_iter()
+            .map(|(id, entries)| {
+                let results = entries
+                    .into_iter()
+                    .map(|(sequence_number, offset, size)| UploadResult {
+                        sequence_number,
+                        remote: remote.clone(),
+                        offset,
+                        local: local.clone().map(|handle| LocalCopy { handle, offset }),
+                        size,
+                    })
+                    .collect();
+                (id, results)
+            })
+            .collect()
+    }
+
+    /// Decodes every entry of a handle from the written files.
+    fn decode(&self, handle: &ChangelogHandle) -> Vec<Vec<Change>> {
+        handle
+            .entries
+            .iter()
+            .map(|e| {
+                let file = self
+                    .files
+                    .get(&e.handle.path)
+                    .unwrap_or_else(|| panic!("no file {}", e.handle.path));
+                decode_change_set(file, e.offset).expect("decodable block")
+            })
+            .collect()
+    }
+}
+
+/// Uploads one task into its own file and delivers the outcome.
+fn upload(w: &mut Writer, fx: &mut Fake, id: u64) -> Vec<PersistCompletion> {
+    upload_batch(w, fx, &[id])
+}
+
+/// Uploads several tasks into one shared file (Flink's batching `scheduleAll`) and delivers
+/// each task's outcome in order.
+fn upload_batch(w: &mut Writer, fx: &mut Fake, ids: &[u64]) -> Vec<PersistCompletion> {
+    let mut completions = Vec::new();
+    for (id, results) in fx.write_file(ids) {
+        completions.extend(w.on_upload_succeeded(fx, id, results));
+    }
+    completions
+}
+
+/// Uploads every pending task, one file per task.
+fn upload_all(w: &mut Writer, fx: &mut Fake) -> Vec<PersistCompletion> {
+    let mut completions = Vec::new();
+    for id in fx.pending() {
+        completions.extend(upload(w, fx, id));
+    }
+    completions
+}
+
+fn fail(w: &mut Writer, fx: &mut Fake, id: u64, cause: &str) -> Vec<PersistCompletion> {
+    assert!(fx.finished.insert(id), "task {id} already has an outcome");
+    w.on_upload_failed(fx, id, cause)
+}
+
+fn ready(reply: Result<PersistReply, WriterError>) -> SnapshotResult {
+    match reply {
+        Ok(PersistReply::Ready(snapshot)) => snapshot,
+        other => panic!("expected a ready snapshot, got {other:?}"),
+    }
+}
+
+fn pending(reply: Result<PersistReply, WriterError>) -> u64 {
+    match reply {
+        Ok(PersistReply::Pending(ticket)) => ticket,
+        other => panic!("expected a pending persist, got {other:?}"),
+    }
+}
+
+/// The outcome of `ticket`, which must occur exactly once.
+fn outcome(completions: &[PersistCompletion], ticket: u64) -> Result<SnapshotResult, WriterError> {
+    let found: Vec<_> = completions.iter().filter(|c| c.ticket == ticket).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "ticket {ticket} must complete exactly once in {completions:?}"
+    );
+    found[0].outcome.clone()
+}
+
+fn completed(completions: &[PersistCompletion], ticket: u64) -> SnapshotResult {
+    outcome(completions, ticket).unwrap_or_else(|e| panic!("ticket {ticket} failed: {e}"))
+}
+
+fn paths(handle: &ChangelogHandle) -> Vec<String> {
+    handle
+        .entries
+        .iter()
+        .map(|e| e.handle.path.clone())
+        .collect()
+}
+
+/// The single change of a single-change-set task.
+fn only_change(task: &UploadTask) -> Change {
+    assert_eq!(
+        task.change_sets.len(),
+        1,
+        "expected one change set: {task:?}"
+    );
+    let changes = decode_change_set(&task.change_sets[0].block, 0).expect("decodable block");
+    assert_eq!(changes.len(), 1, "expected one change: {changes:?}");
+    changes.into_iter().next().unwrap()
+}
+
+fn change(key_group: i32, value: &[u8]) -> Change {
+    Change {
+        key_group,
+        value: value.to_vec(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// §11.1 FsStateChangelogWriterTest
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn test_append() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    for seed in 0..3 {
+        w.append(&mut fx, KG, &bytes(10, seed)).unwrap();
+    }
+    assert!(fx.scheduled.is_empty(), "append shouldn't persist");
+    assert_eq!(w.active_sequence_number(), 0);
+}
+
+#[test]
+fn test_pre_upload() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let payload = bytes(1000, 7);
+    let sqn = append(&mut w, &mut fx, &payload);
+    assert_eq!(
+        fx.scheduled.len(),
+        1,
+        "exactly the threshold triggers an upload"
+    );
+    assert_eq!(only_change(&fx.scheduled[0]), change(KG, &payload));
+    assert_eq!(fx.scheduled[0].change_sets[0].sequence_number, sqn);
+    assert_eq!(fx.scheduled[0].change_sets[0].size, 1000);
+    assert_eq!(w.active_sequence_number(), 1);
+
+    let ticket = pending(w.persist(&mut fx, sqn, 1));
+    assert_eq!(
+        fx.scheduled.len(),
+        1,
+        "changes should have been pre-uploaded"
+    );
+
+    let completions = upload_all(&mut w, &mut fx);
+    let snapshot = completed(&completions, ticket);
+    assert_eq!(
+        fx.decode(&snapshot.remote),
+        vec![vec![change(KG, &payload)]]
+    );
+}
+
+#[test]
+fn preemptive_threshold_is_inclusive() {
+    // Spec probe: threshold 10 -> 9 bytes no flush; one more byte -> flush, active 0 -> 1.
+    let mut w = writer(10);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, &bytes(9, 1)).unwrap();
+    assert!(fx.scheduled.is_empty());
+    assert_eq!(w.active_sequence_number(), 0);
+    w.append(&mut fx, KG, &bytes(1, 2)).unwrap();
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0]]);
+    assert_eq!(fx.scheduled[0].change_sets[0].size, 10);
+    assert_eq!(w.active_sequence_number(), 1);
+    // Metadata counts towards the threshold too.
+    w.append_meta(&mut fx, &bytes(10, 3)).unwrap();
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0], vec![1]]);
+    assert_eq!(
+        only_change(&fx.scheduled[1]),
+        change(META_KEY_GROUP, &bytes(10, 3))
+    );
+}
+
+#[test]
+fn test_persist() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let payload = bytes(10, 3);
+    let sqn = append(&mut w, &mut fx, &payload);
+    let ticket = pending(w.persist(&mut fx, sqn, 1));
+    assert_eq!(fx.scheduled.len(), 1);
+    assert_eq!(only_change(&fx.scheduled[0]), change(KG, &payload));
+
+    let completions = upload(&mut w, &mut fx, 0);
+    assert_eq!(completions.len(), 1);
+    let snapshot = completed(&completions, ticket);
+    assert_eq!(snapshot.remote.entries.len(), 1);
+    assert_eq!(snapshot.remote.entries[0].offset, 0);
+    assert_eq!(snapshot.remote.entries[0].size, 10);
+    assert_eq!(
+        fx.decode(&snapshot.remote),
+        vec![vec![change(KG, &payload)]]
+    );
+    assert_eq!(snapshot.remote.state_size, 10);
+    assert_eq!(snapshot.remote.incremental_size, 10);
+    assert_eq!(snapshot.remote.key_group_range, RANGE);
+    assert_eq!(snapshot.remote.storage_id, STORAGE_ID);
+    assert_eq!(snapshot.local, None, "local recovery is off");
+}
+
+#[test]
+fn test_persist_again() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let sqn = append(&mut w, &mut fx, &bytes(10, 1));
+    let ticket = pending(w.persist(&mut fx, sqn, 1));
+    let first = completed(&upload_all(&mut w, &mut fx), ticket);
+    let next = w.next_sequence_number();
+    w.confirm(&mut fx, sqn, next, 1).unwrap();
+    assert_eq!(paths_of(&fx.stop_trackings), paths(&first.remote));
+
+    let again = ready(w.persist(&mut fx, sqn, 2));
+    assert_eq!(
+        fx.scheduled.len(),
+        1,
+        "confirmed changes shouldn't be re-uploaded"
+    );
+    assert_eq!(again.remote.entries, first.remote.entries);
+    assert_eq!(again.remote.incremental_size, 0);
+}
+
+fn paths_of(handles: &[StreamHandle]) -> Vec<String> {
+    handles.iter().map(|h| h.path.clone()).collect()
+}
+
+#[test]
+fn test_file_available_after_pre_upload() {
+    let mut w = writer(100);
+    let mut fx = Fake::default();
+    let initial = w.initial_sequence_number();
+
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // sqn 0
+    let mut checkpoint = 1;
+    let cp1_sqn = w.next_sequence_number();
+    w.persist(&mut fx, initial, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
+
+    w.append(&mut fx, KG, &bytes(10, 1)).unwrap(); // sqn 1
+    let materialization_sqn = w.next_sequence_number();
+    w.append(&mut fx, KG, &bytes(10, 2)).unwrap(); // sqn 2
+
+    checkpoint += 1;
+    let cp2_sqn = w.next_sequence_number();
+    w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, materialization_sqn, cp2_sqn, checkpoint)
+        .unwrap();
+
+    // checkpoint 1 subsumed
+    w.truncate(&mut fx, materialization_sqn.min(cp1_sqn))
+        .unwrap();
+
+    w.append(&mut fx, KG, &bytes(10, 3)).unwrap(); // sqn 3
+    checkpoint += 1;
+    let cp3_sqn = w.next_sequence_number();
+    w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, materialization_sqn, cp3_sqn, checkpoint)
+        .unwrap();
+
+    // pre-emptive upload
+    w.append(&mut fx, KG, &bytes(100, 4)).unwrap(); // sqn 4
+    upload_all(&mut w, &mut fx);
+
+    // checkpoint 2 subsumed
+    w.truncate(&mut fx, materialization_sqn.min(cp2_sqn))
+        .unwrap();
+
+    checkpoint += 1;
+    let cp4_sqn = w.next_sequence_number();
+    let reply = w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
+    let completions = upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, materialization_sqn, cp4_sqn, checkpoint)
+        .unwrap();
+    let cp4 = match reply {
+        PersistReply::Ready(snapshot) => snapshot,
+        PersistReply::Pending(ticket) => completed(&completions, ticket),
+    };
+
+    assert!(!cp4.remote.entries.is_empty());
+    for path in paths(&cp4.remote) {
+        assert!(
+            !fx.is_deleted(&path),
+            "file {path} referenced by checkpoint 4 was discarded"
+        );
+    }
+    // The pre-emptive upload carried the still-unuploaded sqn 1 together with sqn 4; its
+    // file survived the release of sqn 1 by the second truncation.
+    assert!(fx.scheduled_sqns().contains(&vec![1, 4]));
+}
+
+#[test]
+fn test_file_available_after_close() {
+    let mut w = writer(100);
+    let mut fx = Fake::default();
+    let initial = w.initial_sequence_number();
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // sqn 0
+    let cp1_sqn = w.next_sequence_number();
+    let ticket = pending(w.persist(&mut fx, initial, 1));
+    w.append(&mut fx, KG, &bytes(100, 1)).unwrap(); // sqn 1, pre-emptive
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0], vec![1]]);
+
+    // Both tasks land in one file (ref count 2).
+    let ids = fx.pending();
+    let completions = upload_batch(&mut w, &mut fx, &ids);
+    let cp1 = completed(&completions, ticket);
+    let file = paths(&cp1.remote)[0].clone();
+    assert_eq!(fx.ref_counts[&file], 2);
+
+    let closing = w.truncate_and_close(&mut fx, cp1_sqn).unwrap();
+    assert!(closing.is_empty(), "no persist was pending");
+    assert!(w.is_closed());
+    for path in paths(&cp1.remote) {
+        assert!(
+            !fx.is_deleted(&path),
+            "file {path} of checkpoint 1 was discarded"
+        );
+    }
+    assert_eq!(
+        fx.ref_counts[&file], 1,
+        "only sqn 1's reference was released"
+    );
+}
+
+#[test]
+fn test_local_file_discard() {
+    let mut w = local_writer(100);
+    let mut fx = Fake::with_local_copies();
+    let initial = w.initial_sequence_number();
+
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
+    let mut checkpoint = 1;
+    let cp1_sqn = w.next_sequence_number();
+    w.persist(&mut fx, initial, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
+
+    // pre-emptive upload
+    w.append(&mut fx, KG, &bytes(100, 1)).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.append(&mut fx, KG, &bytes(10, 2)).unwrap();
+    checkpoint += 1;
+    let cp2_sqn = w.next_sequence_number();
+    let ticket2 = pending(w.persist(&mut fx, initial, checkpoint));
+    let result2 = completed(&upload_all(&mut w, &mut fx), ticket2);
+    w.confirm(&mut fx, initial, cp2_sqn, checkpoint).unwrap();
+    let local2 = result2
+        .local
+        .clone()
+        .expect("checkpoint 2 has a local handle");
+    assert_eq!(local2.entries.len(), 3);
+    for path in paths(&local2) {
+        assert!(
+            !fx.is_deleted(&path),
+            "local file {path} of checkpoint 2 deleted early"
+        );
+    }
+
+    let materialization_sqn = w.next_sequence_number();
+    w.append(&mut fx, KG, &bytes(10, 3)).unwrap();
+    checkpoint += 1;
+    let cp3_sqn = w.next_sequence_number();
+    w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, materialization_sqn, cp3_sqn, checkpoint)
+        .unwrap();
+    for path in paths(&local2) {
+        assert!(
+            fx.is_deleted(&path),
+            "local file {path} of checkpoint 2 survived"
+        );
+    }
+
+    // Our fix: the dropped local copies are no longer offered; a later full persist has no
+    // local handle (only one of four change sets still has a local copy) and registers
+    // nothing deleted.
+    let registrations_before = fx.local_registrations.len();
+    let later = ready(w.persist(&mut fx, initial, checkpoint + 1));
+    assert_eq!(later.remote.entries.len(), 4);
+    assert_eq!(later.local, None);
+    for (path, _) in &fx.local_registrations[registrations_before..] {
+        assert!(!fx.is_deleted(path), "registered deleted local file {path}");
+    }
+}
+
+#[test]
+fn test_local_file_after_materialize() {
+    let mut w = local_writer(100);
+    let mut fx = Fake::with_local_copies();
+    let initial = w.initial_sequence_number();
+
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
+    let mut checkpoint = 1;
+    let cp1_sqn = w.next_sequence_number();
+    w.persist(&mut fx, initial, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
+
+    w.append(&mut fx, KG, &bytes(10, 1)).unwrap();
+    checkpoint += 1;
+    let cp2_sqn = w.next_sequence_number();
+    w.persist(&mut fx, initial, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, initial, cp2_sqn, checkpoint).unwrap();
+
+    w.append(&mut fx, KG, &bytes(10, 2)).unwrap();
+    checkpoint += 1;
+    let cp3_sqn = w.next_sequence_number();
+    let ticket3 = pending(w.persist(&mut fx, initial, checkpoint));
+    let result3 = completed(&upload_all(&mut w, &mut fx), ticket3);
+
+    let materialization_sqn = w.next_sequence_number();
+    w.truncate(&mut fx, materialization_sqn.min(cp1_sqn))
+        .unwrap();
+    w.confirm(&mut fx, materialization_sqn, cp3_sqn, checkpoint)
+        .unwrap();
+    w.append(&mut fx, KG, &bytes(10, 3)).unwrap();
+
+    assert_eq!(result3.remote.entries.len(), 3);
+    for path in paths(&result3.remote) {
+        assert!(
+            !fx.is_deleted(&path),
+            "remote file {path} of checkpoint 3 deleted"
+        );
+    }
+    let local3 = result3.local.expect("checkpoint 3 has a local handle");
+    assert_eq!(local3.entries.len(), 3);
+    for path in paths(&local3) {
+        assert!(
+            !fx.is_deleted(&path),
+            "local file {path} of checkpoint 3 deleted"
+        );
+        assert_eq!(
+            fx.local_registry.get(&path).map(|(_, cp)| *cp),
+            Some(3),
+            "local file {path} must be registered under checkpoint 3 at persist time"
+        );
+    }
+}
+
+#[test]
+fn test_local_file_abort() {
+    let mut w = local_writer(100);
+    let mut fx = Fake::with_local_copies();
+    let initial = w.initial_sequence_number();
+
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
+    let mut checkpoint = 1;
+    let cp1_sqn = w.next_sequence_number();
+    w.persist(&mut fx, initial, checkpoint).unwrap();
+    upload_all(&mut w, &mut fx);
+    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
+
+    w.append(&mut fx, KG, &bytes(200, 1)).unwrap(); // pre-emptive
+    upload_all(&mut w, &mut fx);
+    w.append(&mut fx, KG, &bytes(10, 2)).unwrap();
+    checkpoint += 1;
+    let cp2_sqn = w.next_sequence_number();
+    let ticket2 = pending(w.persist(&mut fx, initial, checkpoint));
+    let result2 = completed(&upload_all(&mut w, &mut fx), ticket2);
+
+    // checkpoint 2 aborted: all its local files are deleted
+    w.reset(&mut fx, initial, cp2_sqn, checkpoint).unwrap();
+    let local2 = result2.local.expect("checkpoint 2 has a local handle");
+    assert_eq!(local2.entries.len(), 3);
+    for path in paths(&local2) {
+        assert!(fx.is_deleted(&path), "local file {path} survived the abort");
+    }
+
+    w.append(&mut fx, KG, &bytes(10, 3)).unwrap();
+    checkpoint += 1;
+    let cp3_sqn = w.next_sequence_number();
+    let registrations_before = fx.local_registrations.len();
+    let ticket3 = pending(w.persist(&mut fx, initial, checkpoint));
+    let result3 = completed(&upload_all(&mut w, &mut fx), ticket3);
+    w.confirm(&mut fx, initial, cp3_sqn, checkpoint).unwrap();
+
+    // Our fix (§12.10): later snapshots never reference a discarded local copy. Three of
+    // the four change sets lost theirs, so checkpoint 3 is remote-only (with a warning).
+    assert_eq!(result3.remote.entries.len(), 4);
+    if let Some(local3) = &result3.local {
+        for path in paths(local3) {
+            assert!(
+                !fx.is_deleted(&path),
+                "checkpoint 3 references deleted {path}"
+            );
+        }
+    }
+    assert_eq!(result3.local, None);
+    assert!(
+        fx.warnings()
+            .iter()
+            .any(|m| m.contains("only 1 of 4 change sets have a local copy"))
+    );
+    for (path, _) in &fx.local_registrations[registrations_before..] {
+        assert!(
+            !local2.entries.iter().any(|e| &e.handle.path == path),
+            "a discarded local file {path} was registered again"
+        );
+    }
+    // The newly uploaded change set's local copy survives the confirm.
+    let newest = fx.scheduled.last().unwrap().id;
+    assert_eq!(newest, 3);
+    assert!(!fx.is_deleted("local/3"));
+}
+
+#[test]
+fn test_no_re_upload_before_completion() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let sqn = append(&mut w, &mut fx, &bytes(10, 0));
+    let t1 = pending(w.persist(&mut fx, sqn, 1));
+    let t2 = pending(w.persist(&mut fx, sqn, 2));
+    assert_ne!(t1, t2);
+    assert_eq!(fx.scheduled.len(), 1, "no re-upload should happen");
+    let completions = upload_all(&mut w, &mut fx);
+    assert_eq!(completions.len(), 2);
+    assert_eq!(
+        completed(&completions, t1).remote.entries,
+        completed(&completions, t2).remote.entries
+    );
+}
+
+#[test]
+fn test_persist_newly_appended() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let sqn = append(&mut w, &mut fx, &bytes(10, 0));
+    w.persist(&mut fx, sqn, 1).unwrap();
+    let payload = bytes(10, 1);
+    let sqn2 = append(&mut w, &mut fx, &payload);
+    assert_eq!(sqn2, 1);
+    w.persist(&mut fx, sqn2, 2).unwrap();
+    assert_eq!(fx.scheduled.len(), 2);
+    assert_eq!(only_change(&fx.scheduled[1]), change(KG, &payload));
+    assert_eq!(fx.scheduled[1].change_sets[0].sequence_number, 1);
+}
+
+#[test]
+fn test_persist_after_reset() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let payload = bytes(10, 5);
+    let sqn = append(&mut w, &mut fx, &payload);
+    w.reset(&mut fx, sqn, u64::MAX, i64::MAX).unwrap();
+    // Flink's `checkpoint + 1` wraps here; the port saturates.
+    assert_eq!(fx.local_discards, vec![(i64::MAX, vec![])]);
+    assert!(fx.scheduled.is_empty());
+    pending(w.persist(&mut fx, sqn, 1));
+    assert_eq!(fx.scheduled.len(), 1);
+    assert_eq!(only_change(&fx.scheduled[0]), change(KG, &payload));
+}
+
+#[test]
+fn test_persist_failure() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let sqn = append(&mut w, &mut fx, &bytes(10, 0));
+    let ticket = pending(w.persist(&mut fx, sqn, 1));
+    let completions = fail(&mut w, &mut fx, 0, "test");
+    assert_eq!(
+        outcome(&completions, ticket),
+        Err(WriterError::UploadFailed("test".to_string()))
+    );
+    assert_eq!(
+        outcome(&completions, ticket).unwrap_err().to_string(),
+        "upload failed: test"
+    );
+    assert!(
+        fx.warnings()
+            .iter()
+            .any(|m| m.contains("upload of change sets [0] failed: test"))
+    );
+}
+
+#[test]
+fn test_persist_failed_changes() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let sqn = append(&mut w, &mut fx, &bytes(10, 0));
+    w.persist(&mut fx, sqn, 1).unwrap();
+    fail(&mut w, &mut fx, 0, "test");
+    let err = w.persist(&mut fx, sqn, 2).unwrap_err();
+    assert_eq!(
+        err,
+        WriterError::AlreadyFailed(
+            "The upload for 0 has already failed previously (cause: test)".to_string()
+        )
+    );
+    assert_eq!(fx.scheduled.len(), 1, "nothing is re-uploaded");
+}
+
+#[test]
+fn test_persist_non_failed_changes() {
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let payload = bytes(10, 0);
+    let sqn1 = append(&mut w, &mut fx, &payload);
+    w.persist(&mut fx, sqn1, 1).unwrap();
+    fail(&mut w, &mut fx, 0, "test");
+    let sqn2 = append(&mut w, &mut fx, &payload);
+    assert_eq!(sqn2, 1);
+    let ticket = pending(w.persist(&mut fx, sqn2, 2));
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0], vec![1]]);
+    let snapshot = completed(&upload_all(&mut w, &mut fx), ticket);
+    assert_eq!(
+        fx.decode(&snapshot.remote),
+        vec![vec![change(KG, &payload)]]
+    );
+}
+
+#[test]
+fn test_truncate() {
+    // Upstream: append (sqn 0 still open), truncate(sqn + 1) -> rejected, because 1 is
+    // beyond the active sequence number 0.
+    let mut w = writer(1000);
+    let mut fx = Fake::default();
+    let sqn = append(&mut w, &mut fx, &bytes(10, 0));
+    assert_eq!(
+        w.truncate(&mut fx, sqn + 1),
+        Err(WriterError::InvalidArgument(
+            "Cannot truncate to 1: it is beyond the active sequence number 0".to_string()
+        ))
+    );
+    // After a rollover the truncation is accepted and persisting the truncated sqn fails.
+    let next = w.next_sequence_number();
+    assert_eq!(next, sqn + 1);
+    w.truncate(&mut fx, next).unwrap();
+    assert_eq!(
+        w.persist(&mut fx, sqn, 1),
+        Err(WriterError::Truncated(
+            "Requested changes were truncated (requested: 0, truncated: 1)".to_string()
+        ))
+    );
+    assert!(
+        fx.scheduled.is_empty(),
+        "truncated changes are never uploaded"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// §11.2 FsStateChangelogWriterSqnTest (threshold infinite)
+// ---------------------------------------------------------------------------------------
+
+fn active_after(ops: impl FnOnce(&mut Writer, &mut Fake)) -> SequenceNumber {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    ops(&mut w, &mut fx);
+    assert!(fx.scheduled.iter().all(|t| !t.change_sets.is_empty()));
+    w.active_sequence_number()
+}
+
+#[test]
+fn sqn_next_sequence_number_without_append() {
+    assert_eq!(
+        active_after(|w, _| {
+            assert_eq!(w.next_sequence_number(), 0);
+            assert_eq!(w.next_sequence_number(), 0);
+        }),
+        0
+    );
+}
+
+#[test]
+fn sqn_next_sequence_number_with_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            w.append(fx, KG, b"x").unwrap();
+            assert_eq!(w.next_sequence_number(), 1);
+            assert_eq!(w.next_sequence_number(), 1);
+        }),
+        1
+    );
+}
+
+#[test]
+fn sqn_persist_without_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            let initial = w.initial_sequence_number();
+            ready(w.persist(fx, initial, 1));
+        }),
+        0
+    );
+}
+
+#[test]
+fn sqn_persist_with_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            w.append(fx, KG, b"x").unwrap();
+            let initial = w.initial_sequence_number();
+            pending(w.persist(fx, initial, 1));
+        }),
+        1
+    );
+}
+
+#[test]
+fn sqn_append() {
+    assert_eq!(active_after(|w, fx| w.append(fx, KG, b"x").unwrap()), 0);
+}
+
+#[test]
+fn sqn_append_after_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            w.append(fx, KG, b"x").unwrap();
+            w.append(fx, KG, b"y").unwrap();
+        }),
+        0
+    );
+}
+
+#[test]
+fn sqn_truncate_initial_without_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            let initial = w.initial_sequence_number();
+            w.truncate(fx, initial).unwrap();
+        }),
+        0
+    );
+}
+
+#[test]
+fn sqn_truncate_initial_after_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            w.append(fx, KG, b"x").unwrap();
+            let initial = w.initial_sequence_number();
+            w.truncate(fx, initial).unwrap();
+        }),
+        0
+    );
+}
+
+#[test]
+fn sqn_truncate_next_after_append() {
+    assert_eq!(
+        active_after(|w, fx| {
+            w.append(fx, KG, b"x").unwrap();
+            let next = w.next_sequence_number();
+            w.truncate(fx, next).unwrap();
+        }),
+        1
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// §2.4 preconditions and exact messages
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn persist_not_yet_appended_message() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    assert_eq!(
+        w.persist(&mut fx, 1, 1),
+        Err(WriterError::NotYetAppended(
+            "Requested changes were not yet appended (requested: 1, appended: 0)".to_string()
+        ))
+    );
+    w.append(&mut fx, KG, b"a").unwrap();
+    // The open change set is not appended yet as far as sqns go: active is still 0.
+    let err = w.persist(&mut fx, 3, 1).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Requested changes were not yet appended (requested: 3, appended: 0)"
+    );
+    assert!(fx.scheduled.is_empty());
+    // from == active is legal.
+    pending(w.persist(&mut fx, 0, 1));
+}
+
+#[test]
+fn persist_truncated_message() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    for seed in 0..3 {
+        w.append(&mut fx, KG, &bytes(4, seed)).unwrap();
+        w.next_sequence_number();
+    }
+    w.truncate(&mut fx, 2).unwrap();
+    let err = w.persist(&mut fx, 1, 1).unwrap_err();
+    assert_eq!(
+        err,
+        WriterError::Truncated(
+            "Requested changes were truncated (requested: 1, truncated: 2)".to_string()
+        )
+    );
+    // Truncation never moves the lower bound back.
+    w.truncate(&mut fx, 1).unwrap();
+    assert_eq!(
+        w.persist(&mut fx, 1, 1).unwrap_err().to_string(),
+        "Requested changes were truncated (requested: 1, truncated: 2)"
+    );
+    pending(w.persist(&mut fx, 2, 1));
+    assert_eq!(fx.scheduled_sqns(), vec![vec![2]]);
+}
+
+#[test]
+fn persist_check_order_already_failed_before_truncated() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    w.next_sequence_number();
+    w.append(&mut fx, KG, b"b").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0, 1]]);
+    let completions = fail(&mut w, &mut fx, 0, "boom");
+    assert_eq!(
+        outcome(&completions, ticket),
+        Err(WriterError::UploadFailed("boom".to_string()))
+    );
+    w.truncate(&mut fx, 1).unwrap();
+    // from = 0 is both below the truncation point and at/below the highest failed sqn 1:
+    // the failure check comes first.
+    let expected = WriterError::AlreadyFailed(
+        "The upload for 1 has already failed previously (cause: boom)".to_string(),
+    );
+    assert_eq!(w.persist(&mut fx, 0, 2), Err(expected.clone()));
+    assert_eq!(w.persist(&mut fx, 1, 2), Err(expected));
+    // Beyond the failure (from == active) persists work again.
+    let snapshot = ready(w.persist(&mut fx, 2, 2));
+    assert!(snapshot.remote.entries.is_empty());
+    // Truncated before not-yet-appended: the two cannot hold together (lowest <= active
+    // always), so only the not-yet-appended case is left beyond active.
+    assert_eq!(
+        w.persist(&mut fx, 3, 2),
+        Err(WriterError::NotYetAppended(
+            "Requested changes were not yet appended (requested: 3, appended: 2)".to_string()
+        ))
+    );
+}
+
+#[test]
+fn confirm_range_messages() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    w.next_sequence_number(); // active 1
+    assert_eq!(
+        w.confirm(&mut fx, 2, 1, 1),
+        Err(WriterError::InvalidRange(
+            "Invalid confirm range: [2,1)".to_string()
+        ))
+    );
+    assert_eq!(
+        w.confirm(&mut fx, 0, 5, 1),
+        Err(WriterError::InvalidRange(
+            "Invalid confirm range: [0,5), active sqn: 1".to_string()
+        ))
+    );
+    assert_eq!(
+        w.confirm(&mut fx, 2, 2, 1).unwrap_err().to_string(),
+        "Invalid confirm range: [2,2), active sqn: 1"
+    );
+    assert!(
+        fx.local_discards.is_empty(),
+        "rejected confirms have no effect"
+    );
+    // Empty and not-uploaded ranges are fine.
+    w.confirm(&mut fx, 1, 1, 1).unwrap();
+    w.confirm(&mut fx, 0, 1, 1).unwrap();
+    assert!(fx.stop_trackings.is_empty());
+    assert_eq!(fx.local_discards.len(), 2);
+}
+
+#[test]
+fn confirm_stops_tracking_remote_then_local_and_keeps_entries() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    w.next_sequence_number();
+    w.append(&mut fx, KG, b"b").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    let first = completed(&upload_all(&mut w, &mut fx), ticket);
+    w.confirm(&mut fx, 0, 2, 1).unwrap();
+    assert_eq!(
+        paths_of(&fx.stop_trackings),
+        vec!["remote/0", "remote/0", "local/0", "local/0"]
+    );
+    assert_eq!(fx.local_discards, vec![(1, vec![])]);
+    assert!(
+        fx.ref_counts.is_empty(),
+        "both files are owned elsewhere now"
+    );
+    // Entries stay for later checkpoints.
+    let again = ready(w.persist(&mut fx, 0, 2));
+    assert_eq!(again.remote.entries, first.remote.entries);
+    assert_eq!(again.local, first.local);
+}
+
+#[test]
+fn truncate_beyond_active_is_rejected_without_effect() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    w.next_sequence_number(); // active 1
+    assert_eq!(
+        w.truncate(&mut fx, 2),
+        Err(WriterError::InvalidArgument(
+            "Cannot truncate to 2: it is beyond the active sequence number 1".to_string()
+        ))
+    );
+    pending(w.persist(&mut fx, 0, 1));
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0]]);
+}
+
+#[test]
+fn second_close_is_rejected() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    assert_eq!(w.close(&mut fx), Ok(vec![]));
+    let err = w.close(&mut fx).unwrap_err();
+    assert_eq!(
+        err,
+        WriterError::Closed(format!("writer {NAME} is already closed"))
+    );
+    assert_eq!(err.to_string(), "closed: writer op is already closed");
+    assert_eq!(
+        w.truncate_and_close(&mut fx, 0),
+        Err(WriterError::Closed(
+            "truncate-and-close on writer op after it was closed".to_string()
+        ))
+    );
+    assert!(fx.releases.is_empty());
+}
+
+#[test]
+fn negative_key_group_is_rejected() {
+    let mut w = writer(1);
+    let mut fx = Fake::default();
+    for key_group in [-1, -2, i32::MIN] {
+        assert_eq!(
+            w.append(&mut fx, key_group, b"x"),
+            Err(WriterError::InvalidArgument(format!(
+                "key group {key_group} is negative; metadata changes go through append-meta"
+            )))
+        );
+    }
+    assert!(
+        fx.scheduled.is_empty(),
+        "nothing was appended (threshold 1)"
+    );
+    assert_eq!(w.next_sequence_number(), 0);
+}
+
+#[test]
+fn key_group_outside_range_is_rejected() {
+    let mut w = writer(1);
+    let mut fx = Fake::default();
+    for key_group in [10, i32::MAX] {
+        assert_eq!(
+            w.append(&mut fx, key_group, b"x"),
+            Err(WriterError::InvalidArgument(format!(
+                "key group {key_group} is outside the key-group range [0, 9] of writer op"
+            )))
+        );
+    }
+    assert!(fx.scheduled.is_empty());
+    // Both ends of the range are accepted.
+    w.append(&mut fx, 0, b"x").unwrap();
+    w.append(&mut fx, 9, b"y").unwrap();
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0], vec![1]]);
+}
+
+#[test]
+fn invalid_key_group_range_is_rejected() {
+    let bad = |start, end| {
+        let mut c = config(1, false);
+        c.key_group_range = KeyGroupRange { start, end };
+        Writer::new(c).err()
+    };
+    assert_eq!(
+        bad(-1, 5),
+        Some(WriterError::InvalidArgument(
+            "invalid key-group range [-1, 5] for writer op: need 0 <= start <= end".to_string()
+        ))
+    );
+    assert_eq!(
+        bad(6, 5),
+        Some(WriterError::InvalidArgument(
+            "invalid key-group range [6, 5] for writer op: need 0 <= start <= end".to_string()
+        ))
+    );
+    assert_eq!(bad(5, 5), None);
+    let w = writer(1);
+    assert_eq!(w.config(), &config(1, false));
+    assert_eq!(w.initial_sequence_number(), 0);
+}
+
+#[test]
+fn packed_batch_with_mismatched_columns_is_rejected() {
+    let mut w = writer(1);
+    let mut fx = Fake::default();
+    assert_eq!(
+        w.append_batch(&mut fx, &[0, 1], &[1], b"ab"),
+        Err(WriterError::InvalidArgument(
+            "packed batch has 2 key groups but 1 lengths".to_string()
+        ))
+    );
+    assert!(fx.scheduled.is_empty());
+}
+
+#[test]
+fn packed_batch_lengths_must_add_up() {
+    let mut w = writer(1);
+    let mut fx = Fake::default();
+    assert_eq!(
+        w.append_batch(&mut fx, &[0, 1], &[1, 2], b"ab"),
+        Err(WriterError::InvalidArgument(
+            "packed batch lengths add up to 3 bytes but data holds 2".to_string()
+        ))
+    );
+    assert_eq!(
+        w.append_batch(&mut fx, &[0], &[1], b"ab"),
+        Err(WriterError::InvalidArgument(
+            "packed batch lengths add up to 1 bytes but data holds 2".to_string()
+        ))
+    );
+    // u32 lengths that overflow a u32 sum are still caught.
+    assert_eq!(
+        w.append_batch(&mut fx, &[0, 0], &[u32::MAX, 1], b""),
+        Err(WriterError::InvalidArgument(format!(
+            "packed batch lengths add up to {} bytes but data holds 0",
+            u32::MAX as u64 + 1
+        )))
+    );
+    assert!(fx.scheduled.is_empty());
+}
+
+#[test]
+fn packed_batch_is_all_or_nothing() {
+    let mut w = writer(1);
+    let mut fx = Fake::default();
+    // The first change is valid and (threshold 1) would be uploaded at once if appended.
+    assert_eq!(
+        w.append_batch(&mut fx, &[0, 10], &[1, 1], b"ab"),
+        Err(WriterError::InvalidArgument(
+            "key group 10 is outside the key-group range [0, 9] of writer op".to_string()
+        ))
+    );
+    assert_eq!(
+        w.append_batch(&mut fx, &[3, -2], &[1, 1], b"ab"),
+        Err(WriterError::InvalidArgument(
+            "key group -2 in packed batch is negative (only -1, metadata, is allowed)".to_string()
+        ))
+    );
+    assert!(
+        fx.scheduled.is_empty(),
+        "nothing of a rejected batch is appended"
+    );
+    assert_eq!(w.next_sequence_number(), 0);
+    assert_eq!(w.active_sequence_number(), 0);
+}
+
+#[test]
+fn packed_batch_appends_metadata_and_data() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append_batch(&mut fx, &[], &[], b"").unwrap();
+    assert_eq!(
+        w.next_sequence_number(),
+        0,
+        "an empty batch appends nothing"
+    );
+    w.append_batch(&mut fx, &[2, -1, 0, 2, 0], &[1, 2, 0, 3, 1], b"abbcccd")
+        .unwrap();
+    pending(w.persist(&mut fx, 0, 1));
+    let changes = decode_change_set(&fx.scheduled[0].change_sets[0].block, 0).unwrap();
+    assert_eq!(
+        changes,
+        vec![
+            change(META_KEY_GROUP, b"bb"),
+            change(0, b""),
+            change(0, b"d"),
+            change(2, b"a"),
+            change(2, b"ccc"),
+        ]
+    );
+    assert_eq!(fx.scheduled[0].change_sets[0].size, 7);
+}
+
+#[test]
+fn packed_batch_preemptive_persists_like_individual_appends() {
+    let key_groups = [0, -1, 1, 2, 0, 3, -1, 4, 5];
+    let lengths = [4u32, 3, 5, 0, 2, 6, 1, 4, 4];
+    let data: Vec<u8> = bytes(lengths.iter().sum::<u32>() as usize, 9);
+
+    let mut single = writer(10);
+    let mut fx_single = Fake::default();
+    let mut start = 0;
+    for (&key_group, &len) in key_groups.iter().zip(&lengths) {
+        let value = &data[start..start + len as usize];
+        start += len as usize;
+        if key_group == META_KEY_GROUP {
+            single.append_meta(&mut fx_single, value).unwrap();
+        } else {
+            single.append(&mut fx_single, key_group, value).unwrap();
+        }
+    }
+
+    let mut batched = writer(10);
+    let mut fx_batched = Fake::default();
+    batched
+        .append_batch(&mut fx_batched, &key_groups, &lengths, &data)
+        .unwrap();
+
+    assert!(
+        fx_single.scheduled.len() >= 2,
+        "the scenario must cross the threshold several times"
+    );
+    assert_eq!(fx_batched.scheduled, fx_single.scheduled);
+    assert_eq!(
+        batched.active_sequence_number(),
+        single.active_sequence_number()
+    );
+    assert_eq!(
+        batched.next_sequence_number(),
+        single.next_sequence_number()
+    );
+    // The open remainder is identical too.
+    let a = batched.persist(&mut fx_batched, 0, 1);
+    let b = single.persist(&mut fx_single, 0, 1);
+    assert_eq!(a, b);
+    assert_eq!(fx_batched.scheduled, fx_single.scheduled);
+}
+
+#[test]
+fn packed_batch_huge_length_fails_the_total_check_first() {
+    // The per-value i32 limit needs > 2 GiB of data to reach; a batch can only claim it.
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    let huge = i32::MAX as u32 + 1;
+    let err = w.append_batch(&mut fx, &[0], &[huge], &[]).unwrap_err();
+    // Validation of the totals comes first.
+    assert_eq!(
+        err,
+        WriterError::InvalidArgument(format!(
+            "packed batch lengths add up to {huge} bytes but data holds 0"
+        ))
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// §12 deliberate fixes and other port behaviour
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn operations_after_close_return_closed() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    w.close(&mut fx).unwrap();
+    let closed = |op: &str| {
+        Err(WriterError::Closed(format!(
+            "{op} on writer op after it was closed"
+        )))
+    };
+    assert_eq!(w.append(&mut fx, KG, b"b"), closed("append"));
+    assert_eq!(
+        w.append(&mut fx, KG, b"b").unwrap_err().to_string(),
+        "closed: append on writer op after it was closed"
+    );
+    assert_eq!(w.append_meta(&mut fx, b"b"), closed("append-meta"));
+    assert_eq!(
+        w.append_batch(&mut fx, &[0], &[1], b"b"),
+        closed("append-batch")
+    );
+    assert_eq!(
+        w.persist(&mut fx, 0, 1),
+        Err(WriterError::Closed(
+            "persist on writer op after it was closed".to_string()
+        ))
+    );
+    assert_eq!(w.confirm(&mut fx, 0, 0, 1), closed("confirm"));
+    assert_eq!(w.reset(&mut fx, 0, 0, 1), closed("reset"));
+    assert_eq!(w.truncate(&mut fx, 0), closed("truncate"));
+    assert!(w.is_closed());
+    // The open change set was dropped; the number is frozen.
+    assert_eq!(w.next_sequence_number(), 0);
+    assert_eq!(w.active_sequence_number(), 0);
+    assert!(fx.scheduled.is_empty());
+    assert!(fx.local_discards.is_empty());
+}
+
+#[test]
+fn close_fails_every_pending_persist() {
+    let mut w = writer(100);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // sqn 0
+    let t1 = pending(w.persist(&mut fx, 0, 1)); // task 0: [0]
+    w.append(&mut fx, KG, &bytes(100, 1)).unwrap(); // pre-emptive task 1: [1]
+    w.append(&mut fx, KG, &bytes(10, 2)).unwrap(); // sqn 2
+    let t2 = pending(w.persist(&mut fx, 1, 2)); // task 2: [2]
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0], vec![1], vec![2]]);
+
+    let completions = w.close(&mut fx).unwrap();
+    assert_eq!(
+        completions.len(),
+        2,
+        "the pre-emptive listener has no ticket"
+    );
+    assert_eq!(
+        outcome(&completions, t1),
+        Err(WriterError::Closed(
+            "writer op was closed while persisting [0, 1) for checkpoint 1".to_string()
+        ))
+    );
+    assert_eq!(
+        outcome(&completions, t2),
+        Err(WriterError::Closed(
+            "writer op was closed while persisting [1, 3) for checkpoint 2".to_string()
+        ))
+    );
+    // Late outcomes complete nothing more.
+    assert!(upload(&mut w, &mut fx, 0).is_empty());
+    assert!(upload(&mut w, &mut fx, 1).is_empty());
+    assert!(fail(&mut w, &mut fx, 2, "late").is_empty());
+}
+
+#[test]
+fn results_after_close_are_released_not_deleted() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"abc").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    let completions = w.close(&mut fx).unwrap();
+    assert!(matches!(
+        outcome(&completions, ticket),
+        Err(WriterError::Closed(_))
+    ));
+
+    // The file is shared with another writer's change set (batching is storage-wide).
+    let mut files = fx.write_file(&[0]);
+    let (id, results) = files.pop().unwrap();
+    *fx.ref_counts.get_mut("remote/0").unwrap() += 1;
+    *fx.ref_counts.get_mut("local/0").unwrap() += 1;
+    assert!(w.on_upload_succeeded(&mut fx, id, results).is_empty());
+
+    assert_eq!(paths_of(&fx.releases), vec!["remote/0", "local/0"]);
+    assert!(
+        !fx.is_deleted("remote/0"),
+        "the other writer's change set keeps it"
+    );
+    assert!(!fx.is_deleted("local/0"));
+    assert_eq!(fx.ref_counts["remote/0"], 1);
+    assert_eq!(fx.ref_counts["local/0"], 1);
+    assert!(
+        fx.local_registrations.is_empty(),
+        "nothing is registered after close"
+    );
+    assert!(fx.stop_trackings.is_empty());
+}
+
+#[test]
+fn failure_after_close_is_ignored() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"abc").unwrap();
+    pending(w.persist(&mut fx, 0, 1));
+    w.close(&mut fx).unwrap();
+    let warnings_before = fx.warnings().len();
+    assert!(fail(&mut w, &mut fx, 0, "late").is_empty());
+    assert_eq!(fx.warnings().len(), warnings_before);
+}
+
+#[test]
+fn incremental_size_counts_every_contributing_upload() {
+    let mut w = writer(100);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, &bytes(100, 0)).unwrap(); // pre-emptive task 0: [0]
+    w.append(&mut fx, KG, &bytes(10, 1)).unwrap(); // sqn 1
+    let ticket = pending(w.persist(&mut fx, 0, 1)); // task 1: [1], waits on task 0 too
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0], vec![1]]);
+
+    assert!(upload(&mut w, &mut fx, 0).is_empty());
+    let snapshot = completed(&upload(&mut w, &mut fx, 1), ticket);
+    assert_eq!(snapshot.remote.entries.len(), 2);
+    assert_eq!(snapshot.remote.state_size, 110);
+    // Flink would report 10 (only the completing callback); the port counts both.
+    assert_eq!(snapshot.remote.incremental_size, 110);
+}
+
+#[test]
+fn incremental_size_counts_only_new_uploads() {
+    // Spec probe: a range of two change sets where one was already uploaded -> size 4,
+    // incremental 1.
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"abc").unwrap();
+    let t1 = pending(w.persist(&mut fx, 0, 1));
+    completed(&upload_all(&mut w, &mut fx), t1);
+    w.append(&mut fx, KG, b"d").unwrap();
+    let t2 = pending(w.persist(&mut fx, 0, 2));
+    let snapshot = completed(&upload_all(&mut w, &mut fx), t2);
+    assert_eq!(snapshot.remote.state_size, 4);
+    assert_eq!(snapshot.remote.incremental_size, 1);
+}
+
+#[test]
+fn persist_completes_when_inflight_preemptive_upload_lands() {
+    let mut w = writer(10);
+    let mut fx = Fake::default();
+    let payload = bytes(10, 4);
+    w.append(&mut fx, KG, &payload).unwrap(); // pre-emptive task 0
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    assert_eq!(fx.scheduled.len(), 1, "nothing new to upload");
+    let completions = upload(&mut w, &mut fx, 0);
+    assert_eq!(completions.len(), 1);
+    let snapshot = completed(&completions, ticket);
+    assert_eq!(
+        fx.decode(&snapshot.remote),
+        vec![vec![change(KG, &payload)]]
+    );
+    assert_eq!(snapshot.remote.incremental_size, 10);
+}
+
+#[test]
+fn persist_with_nothing_appended_is_ready_and_empty() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    let snapshot = ready(w.persist(&mut fx, 0, 1));
+    assert!(snapshot.remote.entries.is_empty());
+    assert_eq!(snapshot.remote.state_size, 0);
+    assert_eq!(snapshot.remote.incremental_size, 0);
+    assert_eq!(snapshot.remote.key_group_range, RANGE);
+    assert_eq!(snapshot.remote.storage_id, STORAGE_ID);
+    assert_eq!(snapshot.local.map(|l| l.entries.len()), Some(0));
+    assert!(fx.scheduled.is_empty());
+
+    // Also after uploads: from == active.
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t = pending(w.persist(&mut fx, 0, 2));
+    completed(&upload_all(&mut w, &mut fx), t);
+    let snapshot = ready(w.persist(&mut fx, 1, 3));
+    assert!(snapshot.remote.entries.is_empty());
+    assert_eq!(fx.scheduled.len(), 1);
+}
+
+#[test]
+fn second_persist_of_uploaded_range_is_ready_with_zero_incremental_size() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"abc").unwrap();
+    w.next_sequence_number();
+    w.append(&mut fx, 1, b"de").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    let first = completed(&upload_all(&mut w, &mut fx), ticket);
+    assert_eq!(first.remote.incremental_size, 5);
+    assert_eq!(
+        first
+            .remote
+            .entries
+            .iter()
+            .map(|e| e.offset)
+            .collect::<Vec<_>>(),
+        vec![0, 4 + 8 + 4 + 3]
+    );
+
+    let second = ready(w.persist(&mut fx, 0, 2));
+    assert_eq!(second.remote.entries, first.remote.entries);
+    assert_eq!(second.remote.state_size, 5);
+    assert_eq!(second.remote.incremental_size, 0);
+    assert_eq!(second.local, first.local);
+    assert_eq!(fx.scheduled.len(), 1, "nothing is uploaded again");
+    // Ready results are registered under the new checkpoint at persist time.
+    assert_eq!(fx.local_registry["local/0"].1, 2);
+}
+
+#[test]
+fn refused_schedule_fails_persist_and_marks_sqns_failed() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"abc").unwrap();
+    fx.refuse = Some("queue full".to_string());
+    let cause = "the uploader refused change sets [0] of writer op: queue full";
+    let err = w.persist(&mut fx, 0, 1).unwrap_err();
+    assert_eq!(err, WriterError::UploadFailed(cause.to_string()));
+    assert_eq!(err.to_string(), format!("upload failed: {cause}"));
+
+    fx.refuse = None;
+    assert_eq!(
+        w.persist(&mut fx, 0, 2),
+        Err(WriterError::AlreadyFailed(format!(
+            "The upload for 0 has already failed previously (cause: {cause})"
+        )))
+    );
+    assert!(fx.scheduled.is_empty());
+
+    // Later change sets are fine, and the refused persist left no listener behind.
+    w.append(&mut fx, KG, b"d").unwrap();
+    let ticket = pending(w.persist(&mut fx, 1, 3));
+    assert_eq!(fx.scheduled_sqns(), vec![vec![1]]);
+    let closing = w.close(&mut fx).unwrap();
+    assert_eq!(closing.len(), 1);
+    assert_eq!(closing[0].ticket, ticket);
+}
+
+#[test]
+fn refused_preemptive_schedule_fails_the_append() {
+    let mut w = writer(10);
+    let mut fx = Fake {
+        refuse: Some("queue full".to_string()),
+        ..Fake::default()
+    };
+    assert_eq!(
+        w.append(&mut fx, KG, &bytes(10, 0)),
+        Err(WriterError::UploadFailed(
+            "the uploader refused change sets [0] of writer op: queue full".to_string()
+        ))
+    );
+    assert_eq!(w.active_sequence_number(), 1);
+    fx.refuse = None;
+    assert!(matches!(
+        w.persist(&mut fx, 0, 1),
+        Err(WriterError::AlreadyFailed(_))
+    ));
+    w.append(&mut fx, KG, &bytes(10, 1)).unwrap();
+    assert_eq!(fx.scheduled_sqns(), vec![vec![1]]);
+}
+
+#[test]
+fn refused_schedule_fails_overlapping_pending_persists() {
+    // A persist waiting on an in-flight upload and covering the refused sqn fails too.
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t1 = pending(w.persist(&mut fx, 0, 1)); // task 0: [0]
+    w.append(&mut fx, KG, b"b").unwrap();
+    fx.refuse = Some("full".to_string());
+    assert!(matches!(
+        w.persist(&mut fx, 0, 2),
+        Err(WriterError::UploadFailed(_))
+    ));
+    fx.refuse = None;
+    // Checkpoint 1 only covers sqn 0 and still completes.
+    let snapshot = completed(&upload(&mut w, &mut fx, 0), t1);
+    assert_eq!(snapshot.remote.entries.len(), 1);
+}
+
+#[test]
+fn upload_failure_fails_all_overlapping_persists() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t1 = pending(w.persist(&mut fx, 0, 1));
+    let t2 = pending(w.persist(&mut fx, 0, 2));
+    w.append(&mut fx, KG, b"b").unwrap();
+    let t3 = pending(w.persist(&mut fx, 1, 3)); // task 1: [1], unaffected
+    let completions = fail(&mut w, &mut fx, 0, "io");
+    assert_eq!(completions.len(), 2);
+    assert_eq!(
+        outcome(&completions, t1),
+        Err(WriterError::UploadFailed("io".to_string()))
+    );
+    assert_eq!(
+        outcome(&completions, t2),
+        Err(WriterError::UploadFailed("io".to_string()))
+    );
+    let completions = upload(&mut w, &mut fx, 1);
+    completed(&completions, t3);
+}
+
+#[test]
+fn failure_below_truncation_is_not_remembered() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    w.truncate(&mut fx, 1).unwrap();
+    let completions = fail(&mut w, &mut fx, 0, "io");
+    assert_eq!(
+        outcome(&completions, ticket),
+        Err(WriterError::UploadFailed("io".to_string()))
+    );
+    w.append(&mut fx, KG, b"b").unwrap();
+    pending(w.persist(&mut fx, 1, 2));
+}
+
+#[test]
+fn unknown_task_outcomes_are_released_and_logged() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    let mut files = fx.write_file(&[0]);
+    let (_, results) = files.pop().unwrap();
+
+    assert!(
+        w.on_upload_succeeded(&mut fx, 42, results.clone())
+            .is_empty()
+    );
+    assert_eq!(paths_of(&fx.releases), vec!["remote/0", "local/0"]);
+    assert!(
+        fx.warnings()
+            .contains(&"writer op: success for unknown upload task 42; releasing its files")
+    );
+    assert!(w.on_upload_failed(&mut fx, 43, "gone").is_empty());
+    assert!(
+        fx.warnings()
+            .contains(&"writer op: failure for unknown upload task 43: gone")
+    );
+
+    // The real task still completes; a duplicate outcome afterwards is unknown too.
+    let completions = w.on_upload_succeeded(&mut fx, 0, results.clone());
+    completed(&completions, ticket);
+    assert!(w.on_upload_succeeded(&mut fx, 0, results).is_empty());
+    assert!(
+        fx.warnings()
+            .contains(&"writer op: success for unknown upload task 0; releasing its files")
+    );
+    assert!(w.on_upload_failed(&mut fx, 0, "dup").is_empty());
+    // The duplicate failure did not poison the sqn.
+    ready(w.persist(&mut fx, 0, 2));
+}
+
+#[test]
+fn truncate_releases_uploaded_and_drops_not_uploaded() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t = pending(w.persist(&mut fx, 0, 1));
+    completed(&upload_all(&mut w, &mut fx), t);
+    w.append(&mut fx, KG, b"b").unwrap(); // sqn 1, never uploaded
+    assert_eq!(w.next_sequence_number(), 2);
+    w.truncate(&mut fx, 2).unwrap();
+    assert_eq!(paths_of(&fx.releases), vec!["remote/0", "local/0"]);
+    assert!(fx.is_deleted("remote/0") && fx.is_deleted("local/0"));
+    let snapshot = ready(w.persist(&mut fx, 2, 2));
+    assert!(snapshot.remote.entries.is_empty());
+    assert_eq!(fx.scheduled.len(), 1, "sqn 1 was dropped without upload");
+    assert_eq!(w.active_sequence_number(), 2);
+}
+
+#[test]
+fn truncate_while_in_flight_releases_results_on_arrival() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    w.next_sequence_number();
+    w.append(&mut fx, KG, b"b").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1)); // task 0: [0, 1]
+    w.truncate(&mut fx, 1).unwrap();
+    assert!(fx.releases.is_empty(), "nothing to release before arrival");
+
+    let completions = upload(&mut w, &mut fx, 0);
+    // The listener is notified before the truncation filter (as in Flink).
+    let snapshot = completed(&completions, ticket);
+    assert_eq!(snapshot.remote.entries.len(), 2);
+    // sqn 0 is released (remote and local); sqn 1 is kept.
+    assert_eq!(paths_of(&fx.releases), vec!["remote/0", "local/0"]);
+    assert_eq!(fx.ref_counts["remote/0"], 1);
+    assert_eq!(fx.ref_counts["local/0"], 1);
+    assert_eq!(
+        w.persist(&mut fx, 0, 2),
+        Err(WriterError::Truncated(
+            "Requested changes were truncated (requested: 0, truncated: 1)".to_string()
+        ))
+    );
+    let again = ready(w.persist(&mut fx, 1, 2));
+    assert_eq!(again.remote.entries, snapshot.remote.entries[1..].to_vec());
+}
+
+#[test]
+fn truncate_and_close_releases_entries_from_on_only() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    for (i, value) in [b"a", b"b", b"c"].iter().enumerate() {
+        w.append(&mut fx, KG, *value).unwrap();
+        let t = pending(w.persist(&mut fx, i as u64, i as i64 + 1));
+        completed(&upload(&mut w, &mut fx, i as u64), t);
+    }
+    w.append(&mut fx, KG, b"d").unwrap();
+    let t = pending(w.persist(&mut fx, 3, 4)); // task 3 in flight
+    let completions = w.truncate_and_close(&mut fx, 1).unwrap();
+    assert_eq!(
+        outcome(&completions, t),
+        Err(WriterError::Closed(
+            "writer op was closed while persisting [3, 4) for checkpoint 4".to_string()
+        ))
+    );
+    assert_eq!(
+        paths_of(&fx.releases),
+        vec!["remote/1", "local/1", "remote/2", "local/2"]
+    );
+    assert!(!fx.is_deleted("remote/0") && !fx.is_deleted("local/0"));
+    assert!(fx.is_deleted("remote/1") && fx.is_deleted("remote/2"));
+    // The in-flight upload is released when it lands.
+    assert!(upload(&mut w, &mut fx, 3).is_empty());
+    assert!(fx.is_deleted("remote/3") && fx.is_deleted("local/3"));
+    assert!(!fx.releases.iter().any(|h| h.path == "remote/0"));
+}
+
+#[test]
+fn local_files_registered_under_the_checkpoint_that_waits_on_them() {
+    // Checkpoint 2 only waits on checkpoint 1's upload; Flink registers the result under 1
+    // only, so confirming 2 deleted it (§12.10).
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t1 = pending(w.persist(&mut fx, 0, 1));
+    let t2 = pending(w.persist(&mut fx, 0, 2));
+    assert_eq!(fx.scheduled.len(), 1);
+    let completions = upload(&mut w, &mut fx, 0);
+    completed(&completions, t1);
+    let cp2 = completed(&completions, t2);
+    assert_eq!(paths(cp2.local.as_ref().unwrap()), vec!["local/0"]);
+    assert!(fx.local_registrations.contains(&("local/0".to_string(), 2)));
+    assert_eq!(fx.local_registry["local/0"].1, 2);
+
+    let next = w.next_sequence_number();
+    w.confirm(&mut fx, 0, next, 2).unwrap();
+    assert!(
+        !fx.is_deleted("local/0"),
+        "checkpoint 2's local file was deleted"
+    );
+    w.confirm(&mut fx, 0, next, 3).unwrap();
+    assert!(
+        fx.is_deleted("local/0"),
+        "last used by 2, so confirming 3 deletes it"
+    );
+}
+
+#[test]
+fn local_files_of_inflight_preemptive_upload_registered_under_waiting_checkpoint() {
+    let mut w = local_writer(10);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // pre-emptive task 0
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    let snapshot = completed(&upload(&mut w, &mut fx, 0), ticket);
+    assert_eq!(paths(snapshot.local.as_ref().unwrap()), vec!["local/0"]);
+    assert_eq!(fx.local_registrations, vec![("local/0".to_string(), 1)]);
+    w.confirm(&mut fx, 0, 1, 1).unwrap();
+    assert!(!fx.is_deleted("local/0"));
+}
+
+#[test]
+fn preemptive_upload_alone_registers_no_local_files() {
+    let mut w = local_writer(10);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
+    assert!(upload(&mut w, &mut fx, 0).is_empty());
+    assert!(fx.local_registrations.is_empty());
+}
+
+#[test]
+fn discarded_local_copies_are_dropped_from_uploaded_results() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t = pending(w.persist(&mut fx, 0, 1));
+    let first = completed(&upload_all(&mut w, &mut fx), t);
+    assert_eq!(paths(first.local.as_ref().unwrap()), vec!["local/0"]);
+
+    // Abort checkpoint 1: its local copy goes.
+    w.reset(&mut fx, 0, 1, 1).unwrap();
+    assert_eq!(fx.local_discards, vec![(2, vec!["local/0".to_string()])]);
+    assert!(fx.is_deleted("local/0"));
+
+    let registrations_before = fx.local_registrations.len();
+    let later = ready(w.persist(&mut fx, 0, 2));
+    assert_eq!(later.remote.entries, first.remote.entries);
+    assert_eq!(later.local, None, "the only local copy is gone");
+    assert_eq!(fx.local_registrations.len(), registrations_before);
+    assert!(
+        fx.warnings()
+            .iter()
+            .any(|m| m.contains("only 0 of 1 change sets have a local copy"))
+    );
+
+    // New uploads carry local copies again; the mixed snapshot stays remote-only.
+    w.append(&mut fx, KG, b"b").unwrap();
+    let t = pending(w.persist(&mut fx, 1, 3));
+    let newest = completed(&upload_all(&mut w, &mut fx), t);
+    assert_eq!(paths(newest.local.as_ref().unwrap()), vec!["local/1"]);
+    assert_eq!(ready(w.persist(&mut fx, 0, 4)).local, None);
+}
+
+#[test]
+fn pending_persist_does_not_resurrect_discarded_local_copy() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t1 = pending(w.persist(&mut fx, 0, 1));
+    completed(&upload_all(&mut w, &mut fx), t1); // local/0 @ 1
+    w.append(&mut fx, KG, b"b").unwrap();
+    // Checkpoint 2 takes sqn 0 from `uploaded` (local/0 now @ 2) and waits on task 1.
+    let t2 = pending(w.persist(&mut fx, 0, 2));
+    // Checkpoint 3 is aborted while 2 is still pending: everything last used below 4 goes,
+    // local/0 included, and the writer forgets that local copy in `uploaded`.
+    w.reset(&mut fx, 0, 2, 3).unwrap();
+    assert!(fx.is_deleted("local/0"));
+
+    let registrations_before = fx.local_registrations.len();
+    let cp2 = completed(&upload(&mut w, &mut fx, 1), t2);
+    for (path, cp) in &fx.local_registrations[registrations_before..] {
+        assert!(
+            !fx.is_deleted(path),
+            "deleted {path} registered again under {cp}"
+        );
+    }
+    if let Some(local) = &cp2.local {
+        for path in paths(local) {
+            assert!(
+                !fx.is_deleted(&path),
+                "checkpoint 2 references deleted {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn reset_discards_up_to_checkpoint_plus_one() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t = pending(w.persist(&mut fx, 0, 5));
+    completed(&upload_all(&mut w, &mut fx), t);
+    w.reset(&mut fx, 0, 1, 4).unwrap();
+    assert!(
+        !fx.is_deleted("local/0"),
+        "last used by 5, reset of 4 keeps it"
+    );
+    w.reset(&mut fx, 0, 1, 5).unwrap();
+    assert!(fx.is_deleted("local/0"));
+    assert_eq!(
+        fx.local_discards,
+        vec![(5, vec![]), (6, vec!["local/0".to_string()])]
+    );
+    // Nothing was re-uploaded and the remote part is intact.
+    assert_eq!(fx.scheduled.len(), 1);
+    assert_eq!(ready(w.persist(&mut fx, 0, 6)).remote.entries.len(), 1);
+}
+
+#[test]
+fn confirm_after_truncation_is_fine() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let t = pending(w.persist(&mut fx, 0, 1));
+    completed(&upload_all(&mut w, &mut fx), t);
+    w.truncate(&mut fx, 1).unwrap();
+    w.confirm(&mut fx, 0, 1, 1).unwrap();
+    assert!(fx.stop_trackings.is_empty(), "the truncated entry is gone");
+}
+
+#[test]
+fn uploaded_blocks_decode_to_appended_changes_in_order() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    w.append(&mut fx, 3, b"k3-a").unwrap();
+    w.append_meta(&mut fx, b"meta").unwrap();
+    w.append(&mut fx, 1, b"k1").unwrap();
+    w.append(&mut fx, 3, b"k3-b").unwrap();
+    w.next_sequence_number();
+    w.append(&mut fx, 2, b"second").unwrap();
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    assert_eq!(fx.scheduled_sqns(), vec![vec![0, 1]]);
+    assert_eq!(fx.last_task().change_sets[0].size, 14);
+    assert_eq!(fx.last_task().change_sets[1].size, 6);
+    let snapshot = completed(&upload_all(&mut w, &mut fx), ticket);
+    assert_eq!(
+        fx.decode(&snapshot.remote),
+        vec![
+            vec![
+                change(META_KEY_GROUP, b"meta"),
+                change(1, b"k1"),
+                change(3, b"k3-a"),
+                change(3, b"k3-b"),
+            ],
+            vec![change(2, b"second")],
+        ]
+    );
+    let first_block_len = fx.last_task().change_sets[0].block.len() as u64;
+    assert_eq!(snapshot.remote.entries[1].offset, first_block_len);
+    assert_eq!(snapshot.remote.state_size, 20);
+}
