@@ -24,6 +24,9 @@ pub const FLAG_PLAIN: u8 = 0;
 /// Flag byte of a Snappy-framed file.
 pub const FLAG_SNAPPY: u8 = 1;
 
+/// The chunk that opens every Snappy framed stream.
+pub const SNAPPY_STREAM_IDENTIFIER: [u8; 10] = [0xff, 6, 0, 0, b's', b'N', b'a', b'P', b'p', b'Y'];
+
 /// A decoded change; key group [`META_KEY_GROUP`] marks metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -212,9 +215,17 @@ impl<W: Write> FileWriter<W> {
                 w.flush()?;
                 Ok(w)
             }
-            Body::Snappy(w) => w
-                .into_inner()
-                .map_err(|e| std::io::Error::other(e.to_string())),
+            Body::Snappy(w) => {
+                let mut out = w
+                    .into_inner()
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                // The encoder writes the stream identifier with the first chunk; an empty
+                // stream still gets one, as Flink's writer does.
+                if self.position == 0 {
+                    out.write_all(&SNAPPY_STREAM_IDENTIFIER)?;
+                }
+                Ok(out)
+            }
         }
     }
 }

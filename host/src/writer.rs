@@ -610,6 +610,21 @@ impl PersistFuture {
     }
 }
 
+impl std::fmt::Debug for PersistFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.state {
+            FutureState::Ready(outcome) => f
+                .debug_tuple("PersistFuture::Ready")
+                .field(outcome)
+                .finish(),
+            FutureState::Waiting { writer, .. } => f
+                .debug_struct("PersistFuture::Waiting")
+                .field("writer", writer)
+                .finish(),
+        }
+    }
+}
+
 impl Future for PersistFuture {
     type Output = Outcome;
 

@@ -1,0 +1,718 @@
+//! Writer scenarios of spec §11.1, §11.2, §11.6 and §11.7, driven through the wasmtime
+//! host against a real directory: every call crosses into the writer component.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dstl::{
+    ChangelogStorage, Config, Error, KeyGroupRange, SnapshotResult, WriterError, WriterOptions,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+
+fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
+    let mut config = Config::default();
+    config.base_path = dir.to_path_buf();
+    config.set("dstl.writer.max-writers", "8").unwrap();
+    config.apply_pairs(conf.iter().copied()).unwrap();
+    ChangelogStorage::open(config).unwrap()
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+fn uploads(storage: &ChangelogStorage) -> u64 {
+    storage.wait_idle();
+    storage.metrics().upload_requests
+}
+
+fn values(storage: &ChangelogStorage, snapshot: &SnapshotResult) -> Vec<(i32, Vec<u8>)> {
+    storage
+        .read(&snapshot.remote)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.key_group, c.value))
+        .collect()
+}
+
+fn writer_error(result: Result<impl std::fmt::Debug, Error>) -> WriterError {
+    match result {
+        Err(Error::Writer { source, .. }) => source,
+        other => panic!("expected a writer error, got {other:?}"),
+    }
+}
+
+fn referenced(snapshot: &SnapshotResult) -> Vec<String> {
+    snapshot
+        .remote
+        .entries
+        .iter()
+        .chain(snapshot.local.iter().flat_map(|l| &l.entries))
+        .map(|e| e.handle.path.clone())
+        .collect()
+}
+
+/// Makes every upload of `storage` fail: its directory becomes a regular file.
+fn break_uploads(storage: &ChangelogStorage) -> PathBuf {
+    let dir = storage.config().job_dir();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    dir
+}
+
+fn repair_uploads(dir: &Path) {
+    std::fs::remove_file(dir).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+}
+
+// ---- §11.1 FsStateChangelogWriterTest ----
+
+#[test]
+fn append_below_threshold_uploads_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1000b"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    for _ in 0..3 {
+        w.append(0, &[7; 10]).unwrap();
+    }
+    assert_eq!(uploads(&storage), 0);
+}
+
+#[test]
+fn pre_upload_at_threshold_then_persist_uploads_nothing_more() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1000b"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, &[1; 999]).unwrap();
+    assert_eq!(uploads(&storage), 0, "999 bytes stay below the threshold");
+    w.append_meta(&[2]).unwrap();
+    assert_eq!(uploads(&storage), 1, "the threshold is inclusive");
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(uploads(&storage), 1);
+    assert_eq!(
+        values(&storage, &snapshot),
+        vec![(-1, vec![2]), (0, vec![1; 999])]
+    );
+    assert_eq!(snapshot.remote.state_size, 1000);
+}
+
+#[test]
+fn persist_uploads_the_change_and_reads_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(3, b"0123456789").unwrap();
+    let future = w.persist(0, 1).unwrap();
+    assert!(!future.is_immediate());
+    let snapshot = future.wait().unwrap();
+    assert_eq!(snapshot.remote.entries.len(), 1);
+    assert_eq!(snapshot.remote.incremental_size, 10);
+    assert_eq!(snapshot.remote.storage_id, "filesystem");
+    assert_eq!(snapshot.remote.key_group_range, RANGE);
+    assert_eq!(
+        values(&storage, &snapshot),
+        vec![(3, b"0123456789".to_vec())]
+    );
+}
+
+#[test]
+fn persist_again_after_confirm_reuses_uploads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"abc").unwrap();
+    let first = w.persist(0, 1).unwrap().wait().unwrap();
+    let to = w.next_sequence_number().unwrap();
+    w.confirm(0, to, 1).unwrap();
+    let again = w.persist(0, 2).unwrap();
+    assert!(again.is_immediate());
+    let again = again.wait().unwrap();
+    assert_eq!(again.remote.entries, first.remote.entries);
+    assert_eq!(again.remote.incremental_size, 0);
+    assert_eq!(uploads(&storage), 1);
+}
+
+#[test]
+fn files_stay_available_after_pre_upload_and_truncation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=100b"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    // cp1
+    w.append(0, &[1; 10]).unwrap();
+    let to1 = w.next_sequence_number().unwrap();
+    w.persist(0, 1).unwrap().wait().unwrap();
+    w.confirm(0, to1, 1).unwrap();
+    // materialization point
+    w.append(0, &[2; 10]).unwrap();
+    let materialized = w.next_sequence_number().unwrap();
+    w.append(0, &[3; 10]).unwrap();
+    // cp2 from the materialization point
+    let to2 = w.next_sequence_number().unwrap();
+    w.persist(materialized, 2).unwrap().wait().unwrap();
+    w.confirm(materialized, to2, 2).unwrap();
+    w.truncate(materialized).unwrap(); // cp1 subsumed
+    w.append(0, &[4; 10]).unwrap();
+    let to3 = w.next_sequence_number().unwrap();
+    w.persist(materialized, 3).unwrap().wait().unwrap();
+    w.confirm(materialized, to3, 3).unwrap();
+    w.append(0, &[5; 100]).unwrap(); // pre-emptive upload
+    w.truncate(to2).unwrap(); // cp2 subsumed
+    let to4 = w.next_sequence_number().unwrap();
+    let cp4 = w.persist(to2, 4).unwrap().wait().unwrap();
+    w.confirm(to2, to4, 4).unwrap();
+    storage.wait_idle();
+    for path in referenced(&cp4) {
+        assert!(Path::new(&path).exists(), "{path} of cp4 was deleted");
+    }
+    assert_eq!(
+        values(&storage, &cp4),
+        vec![(0, vec![4; 10]), (0, vec![5; 100])]
+    );
+}
+
+#[test]
+fn file_of_a_live_snapshot_survives_truncate_and_close() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=100b"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, &[1; 10]).unwrap();
+    let cp1 = w.persist(0, 1).unwrap();
+    w.append(0, &[2; 100]).unwrap(); // pre-emptive upload of sqn 1
+    let cp1 = cp1.wait().unwrap();
+    w.truncate_and_close(1).unwrap();
+    storage.wait_idle();
+    let cp1_files = referenced(&cp1);
+    for path in &cp1_files {
+        assert!(Path::new(path).exists(), "{path} of cp1 was deleted");
+    }
+    // The pre-emptive upload's file holds only sqn 1, released by truncate-and-close
+    // (or on arrival, if it landed after the close).
+    let left = files(&storage.config().job_dir());
+    assert_eq!(left.len(), 1, "left: {left:?}");
+    assert_eq!(left[0].to_string_lossy(), cp1_files[0]);
+}
+
+#[test]
+fn no_re_upload_before_completion() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"x").unwrap();
+    let a = w.persist(0, 1).unwrap();
+    let b = w.persist(0, 2).unwrap();
+    assert_eq!(
+        a.wait().unwrap().remote.entries,
+        b.wait().unwrap().remote.entries
+    );
+    assert_eq!(uploads(&storage), 1);
+}
+
+#[test]
+fn persist_newly_appended_uploads_only_new_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"old").unwrap();
+    w.persist(0, 1).unwrap().wait().unwrap();
+    let sqn = w.next_sequence_number().unwrap();
+    w.append(1, b"new").unwrap();
+    let snapshot = w.persist(sqn, 2).unwrap().wait().unwrap();
+    assert_eq!(values(&storage, &snapshot), vec![(1, b"new".to_vec())]);
+    assert_eq!(snapshot.remote.incremental_size, 3);
+    assert_eq!(uploads(&storage), 2);
+}
+
+#[test]
+fn persist_after_reset_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"kept").unwrap();
+    w.reset(0, u64::MAX, i64::MAX).unwrap();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(values(&storage, &snapshot), vec![(0, b"kept".to_vec())]);
+}
+
+#[test]
+fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let dir = break_uploads(&storage);
+    w.append(0, b"lost").unwrap();
+    let error = writer_error(w.persist(0, 1).unwrap().wait());
+    let WriterError::UploadFailed(cause) = &error else {
+        panic!("expected an upload failure, got {error:?}");
+    };
+    assert!(cause.contains(&*dir.to_string_lossy()), "{cause}");
+    assert_eq!(storage.metrics().upload_failures, 1);
+    // Persisting the failed change set again fails at once, naming it.
+    let again = writer_error(w.persist(0, 2));
+    assert!(
+        matches!(&again, WriterError::AlreadyFailed(m) if m.starts_with("The upload for 0 has already failed previously")),
+        "{again:?}"
+    );
+    // Change sets after the failed one persist fine once the store works again.
+    repair_uploads(&dir);
+    let sqn = w.next_sequence_number().unwrap();
+    assert_eq!(sqn, 1);
+    w.append(0, b"fresh").unwrap();
+    let snapshot = w.persist(sqn, 3).unwrap().wait().unwrap();
+    assert_eq!(values(&storage, &snapshot), vec![(0, b"fresh".to_vec())]);
+    assert_eq!(files(&dir).len(), 1, "a failed upload leaves no file");
+}
+
+#[test]
+fn persist_of_truncated_changes_is_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"x").unwrap();
+    let sqn = w.next_sequence_number().unwrap();
+    w.truncate(sqn).unwrap();
+    assert_eq!(
+        writer_error(w.persist(0, 1)),
+        WriterError::Truncated(
+            "Requested changes were truncated (requested: 0, truncated: 1)".into()
+        )
+    );
+}
+
+// ---- §11.2 FsStateChangelogWriterSqnTest ----
+
+#[test]
+fn sequence_numbers_advance_only_on_rollover_of_appended_changes() {
+    type Step = fn(&dstl::Writer);
+    let append: Step = |w| w.append(0, b"x").unwrap();
+    let next: Step = |w| {
+        w.next_sequence_number().unwrap();
+    };
+    let persist_initial: Step = |w| {
+        let _ = w.persist(0, 1).unwrap();
+    };
+    let truncate_initial: Step = |w| w.truncate(0).unwrap();
+    let truncate_next: Step = |w| {
+        let sqn = w.next_sequence_number().unwrap();
+        w.truncate(sqn).unwrap();
+    };
+    // (case, steps, expected active sequence number, changes left open). The host has no
+    // query that does not roll over, so the active number is probed with
+    // next-sequence-number, which adds one when changes are still open.
+    let cases: Vec<(&str, Vec<Step>, u64, bool)> = vec![
+        ("next without append", vec![next], 0, false),
+        ("next with append", vec![append, next], 1, false),
+        (
+            "persist initial without append",
+            vec![persist_initial],
+            0,
+            false,
+        ),
+        (
+            "persist initial with append",
+            vec![append, persist_initial],
+            1,
+            false,
+        ),
+        ("append", vec![append], 0, true),
+        ("append twice", vec![append, append], 0, true),
+        (
+            "truncate initial without append",
+            vec![truncate_initial],
+            0,
+            false,
+        ),
+        (
+            "truncate initial after append",
+            vec![append, truncate_initial],
+            0,
+            true,
+        ),
+        (
+            "truncate next after append",
+            vec![append, truncate_next],
+            1,
+            false,
+        ),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1tb"]);
+    for (name, steps, expected, open_changes) in cases {
+        let w = storage.create_writer("op", RANGE).unwrap();
+        assert_eq!(w.initial_sequence_number().unwrap(), 0);
+        for step in steps {
+            step(&w);
+        }
+        let probed = w.next_sequence_number().unwrap();
+        assert_eq!(probed - u64::from(open_changes), expected, "{name}");
+    }
+}
+
+// ---- §2.4 preconditions and their messages, through the component ----
+
+#[test]
+fn preconditions_are_typed_errors_with_exact_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage
+        .create_writer("op-x", KeyGroupRange { start: 0, end: 7 })
+        .unwrap();
+    assert_eq!(
+        writer_error(w.persist(5, 1)),
+        WriterError::NotYetAppended(
+            "Requested changes were not yet appended (requested: 5, appended: 0)".into()
+        )
+    );
+    w.append(1, b"a").unwrap();
+    w.next_sequence_number().unwrap();
+    assert_eq!(
+        writer_error(w.confirm(1, 0, 1)),
+        WriterError::InvalidRange("Invalid confirm range: [1,0)".into())
+    );
+    assert_eq!(
+        writer_error(w.confirm(0, 3, 1)),
+        WriterError::InvalidRange("Invalid confirm range: [0,3), active sqn: 1".into())
+    );
+    assert!(
+        matches!(writer_error(w.truncate(2)), WriterError::InvalidArgument(m) if m.contains("beyond the active sequence number 1"))
+    );
+    assert!(
+        matches!(writer_error(w.append(-2, b"")), WriterError::InvalidArgument(m) if m.contains("-2"))
+    );
+    assert!(
+        matches!(writer_error(w.append(8, b"")), WriterError::InvalidArgument(m) if m.contains("key group 8 is outside the key-group range [0, 7] of writer op-x"))
+    );
+    assert!(
+        matches!(writer_error(w.append_batch(&[1, 2], &[1], b"a")), WriterError::InvalidArgument(m) if m.contains("2 key groups but 1 lengths"))
+    );
+    assert!(
+        matches!(writer_error(w.append_batch(&[1], &[5], b"a")), WriterError::InvalidArgument(m) if m.contains("5 bytes but data holds 1"))
+    );
+    // The error names the writer.
+    let Err(e) = w.append(9, b"") else { panic!() };
+    assert!(e.to_string().starts_with("writer op-x: "), "{e}");
+    w.close().unwrap();
+    assert!(
+        matches!(writer_error(w.append(1, b"late")), WriterError::Closed(m) if m.contains("append on writer op-x after it was closed"))
+    );
+    assert!(matches!(
+        writer_error(w.persist(1, 2)),
+        WriterError::Closed(_)
+    ));
+    assert!(
+        matches!(writer_error(w.close()), WriterError::Closed(m) if m.contains("already closed"))
+    );
+    // next-sequence-number still answers after close, frozen.
+    assert_eq!(w.next_sequence_number().unwrap(), 1);
+}
+
+#[test]
+fn close_fails_pending_persists_and_releases_late_uploads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    for _ in 0..20 {
+        let w = storage.create_writer("op", RANGE).unwrap();
+        w.append(0, &[9; 4096]).unwrap();
+        let pending = w.persist(0, 1).unwrap();
+        w.close().unwrap();
+        // Either the upload landed before the close (the persist succeeded) or the close
+        // failed it; it never stays pending.
+        match pending.wait() {
+            Ok(_) => {}
+            Err(e) => assert!(
+                matches!(e.writer_error(), Some(WriterError::Closed(_))),
+                "{e}"
+            ),
+        }
+    }
+    storage.wait_idle();
+    assert_eq!(storage.task_registry().tracked(), 0);
+    assert!(
+        files(&storage.config().job_dir()).is_empty(),
+        "closed writers leave no unreferenced file"
+    );
+}
+
+// ---- §11.6 FsStateChangelogStorageTest ----
+
+fn write_and_read(compression: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(
+        tmp.path(),
+        &[&format!("dstl.dfs.compression.enabled={compression}")],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut appended: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    for key_group in 0..6 {
+        for _ in 0..20 {
+            let mut value = vec![0; 405];
+            rng.fill(&mut value[..]);
+            w.append(key_group, &value).unwrap();
+            appended.entry(key_group).or_default().push(value);
+        }
+        w.next_sequence_number().unwrap();
+    }
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(snapshot.remote.entries.len(), 6);
+    let mut read: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    for (key_group, value) in values(&storage, &snapshot) {
+        read.entry(key_group).or_default().push(value);
+    }
+    assert_eq!(read, appended);
+    let file = std::fs::read(&snapshot.remote.entries[0].handle.path).unwrap();
+    assert_eq!(file[0], u8::from(compression));
+}
+
+#[test]
+fn write_and_read_plain() {
+    write_and_read(false);
+}
+
+#[test]
+fn write_and_read_compressed() {
+    write_and_read(true);
+}
+
+#[test]
+fn random_round_trips_many_writers() {
+    for compression in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = open(
+            tmp.path(),
+            &[
+                &format!("dstl.dfs.compression.enabled={compression}"),
+                "dstl.dfs.preemptive-persist-threshold=3kb",
+            ],
+        );
+        std::thread::scope(|scope| {
+            for writer in 0..4 {
+                let storage = &storage;
+                scope.spawn(move || {
+                    let mut rng = ChaCha8Rng::seed_from_u64(writer);
+                    let w = storage
+                        .create_writer(&format!("op-{writer}"), RANGE)
+                        .unwrap();
+                    let mut from = 0;
+                    let mut expected: Vec<(i32, Vec<u8>)> = Vec::new();
+                    for checkpoint in 1..=15 {
+                        for _ in 0..rng.random_range(0..60) {
+                            let len = rng.random_range(0..300);
+                            let mut value = vec![0; len];
+                            rng.fill(&mut value[..]);
+                            if rng.random_ratio(1, 10) {
+                                w.append_meta(&value).unwrap();
+                                expected.push((-1, value));
+                            } else {
+                                let kg = rng.random_range(0..128);
+                                w.append(kg, &value).unwrap();
+                                expected.push((kg, value));
+                            }
+                            if rng.random_ratio(1, 8) {
+                                w.next_sequence_number().unwrap();
+                            }
+                        }
+                        let to = w.next_sequence_number().unwrap();
+                        let snapshot = w.persist(from, checkpoint).unwrap().wait().unwrap();
+                        // Per key group, the order of appends survives exactly.
+                        let mut want: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+                        for (kg, v) in &expected {
+                            want.entry(*kg).or_default().push(v.clone());
+                        }
+                        let mut got: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+                        for (kg, v) in values(storage, &snapshot) {
+                            got.entry(kg).or_default().push(v);
+                        }
+                        assert_eq!(got, want, "writer {writer} checkpoint {checkpoint}");
+                        w.confirm(from, to, checkpoint).unwrap();
+                        if rng.random_ratio(1, 3) {
+                            w.truncate(to).unwrap();
+                            from = to;
+                            expected.clear();
+                        }
+                    }
+                    w.close().unwrap();
+                });
+            }
+        });
+    }
+}
+
+// ---- §11.7 registries and uploader layout ----
+
+#[test]
+fn files_go_to_base_job_dstl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(
+        tmp.path(),
+        &["dstl.job-id=000000000000002a466c696e6b416e63"],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"x").unwrap();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    let path = PathBuf::from(&snapshot.remote.entries[0].handle.path);
+    let expected_dir = tmp
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("000000000000002a466c696e6b416e63/dstl");
+    assert_eq!(path.parent().unwrap(), expected_dir);
+    let name = path.file_name().unwrap().to_string_lossy();
+    assert_eq!(name.len(), 36, "a UUID file name: {name}");
+    assert!(uuid_like(&name));
+}
+
+fn uuid_like(name: &str) -> bool {
+    name.bytes().enumerate().all(|(i, b)| {
+        if [8, 13, 18, 23].contains(&i) {
+            b == b'-'
+        } else {
+            b.is_ascii_hexdigit() && !b.is_ascii_uppercase()
+        }
+    })
+}
+
+#[test]
+fn empty_file_with_and_without_compression() {
+    let (plain, _) = dstl::codec::encode_file(&[], false).unwrap();
+    assert_eq!(plain, vec![0]);
+    let (compressed, _) = dstl::codec::encode_file(&[], true).unwrap();
+    assert_eq!(
+        compressed,
+        vec![1, 0xff, 6, 0, 0, b's', b'N', b'a', b'P', b'p', b'Y']
+    );
+    assert!(dstl::codec::logical_bytes(&compressed).unwrap().is_empty());
+}
+
+#[test]
+fn task_registry_discards_when_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let file = tmp.path().join("tracked");
+    std::fs::write(&file, b"x").unwrap();
+    let path = file.to_string_lossy().into_owned();
+    let registry = storage.task_registry();
+    registry.start_tracking(&path, 2);
+    registry.release(&path);
+    storage.wait_idle();
+    assert!(file.exists());
+    registry.release(&path);
+    storage.wait_idle();
+    assert!(!file.exists());
+}
+
+#[test]
+fn task_registry_keeps_files_that_stopped_being_tracked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let file = tmp.path().join("confirmed");
+    std::fs::write(&file, b"x").unwrap();
+    let path = file.to_string_lossy().into_owned();
+    let registry = storage.task_registry();
+    registry.start_tracking(&path, 2);
+    registry.stop_tracking(&path);
+    registry.release(&path);
+    registry.release(&path);
+    storage.wait_idle();
+    assert!(file.exists());
+}
+
+#[test]
+fn local_registry_discards_below_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let [h1, h2, h3] = ["h1", "h2", "h3"].map(|n| {
+        let p = tmp.path().join(n);
+        std::fs::write(&p, b"x").unwrap();
+        p
+    });
+    let s = |p: &PathBuf| p.to_string_lossy().into_owned();
+    let registry = storage.local_registry();
+    registry.register(&s(&h1), 1);
+    registry.register(&s(&h2), 1);
+    registry.register(&s(&h2), 2);
+    registry.register(&s(&h3), 2);
+    assert_eq!(registry.discard_up_to(2), vec![s(&h1)]);
+    storage.wait_idle();
+    assert!(!h1.exists() && h2.exists() && h3.exists());
+    let mut discarded = registry.discard_up_to(3);
+    discarded.sort();
+    assert_eq!(discarded, vec![s(&h2), s(&h3)]);
+    storage.wait_idle();
+    assert!(!h2.exists() && !h3.exists());
+}
+
+// ---- sandbox isolation ----
+
+#[test]
+fn a_trapping_writer_does_not_disturb_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let healthy = storage.create_writer("healthy", RANGE).unwrap();
+    let doomed = storage
+        .create_writer_with(
+            "doomed",
+            RANGE,
+            WriterOptions {
+                memory_limit: Some(2 << 20),
+            },
+        )
+        .unwrap();
+    healthy.append(1, b"before").unwrap();
+    doomed.append(1, b"small is fine").unwrap();
+    let pending = healthy.persist(0, 1).unwrap();
+    // 4 MiB cannot be copied into a sandbox capped at 2 MiB: the guest traps.
+    let trap = doomed.append(2, &vec![0; 4 << 20]).unwrap_err();
+    match &trap {
+        Error::Trapped { writer, cause } => {
+            assert_eq!(writer, "doomed");
+            assert!(cause.contains("memory"), "{cause}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert!(
+        trap.to_string()
+            .starts_with("writer doomed failed: its sandbox trapped"),
+        "{trap}"
+    );
+    // The trapped writer stays failed, with the same cause, and never hangs.
+    assert!(matches!(doomed.append(1, b"x"), Err(Error::Trapped { .. })));
+    assert!(matches!(doomed.persist(0, 1), Err(Error::Trapped { .. })));
+    assert!(doomed.failure().unwrap().contains("memory"));
+    // The other writer carries on.
+    healthy.append(1, b"after").unwrap();
+    let first = pending.wait().unwrap();
+    assert_eq!(values(&storage, &first), vec![(1, b"before".to_vec())]);
+    let to = healthy.next_sequence_number().unwrap();
+    let second = healthy.persist(0, 2).unwrap().wait().unwrap();
+    assert_eq!(
+        values(&storage, &second),
+        vec![(1, b"before".to_vec()), (1, b"after".to_vec())]
+    );
+    healthy.confirm(0, to, 2).unwrap();
+    // And new writers still start.
+    let fresh = storage.create_writer("fresh", RANGE).unwrap();
+    fresh.append(0, b"ok").unwrap();
+}
+
+#[test]
+fn bad_writer_arguments_are_rejected_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    for bad in ["", "a\0b", "line\nbreak"] {
+        assert!(matches!(
+            storage.create_writer(bad, RANGE),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    let Err(e) = storage.create_writer("op", KeyGroupRange { start: 5, end: 1 }) else {
+        panic!()
+    };
+    assert!(e.to_string().contains("[5, 1]"), "{e}");
+}
