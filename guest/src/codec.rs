@@ -176,7 +176,8 @@ pub struct FileWriter<W: Write> {
 
 enum Body<W: Write> {
     Plain(W),
-    Snappy(snap::write::FrameEncoder<W>),
+    // Boxed: the encoder carries its 64 KiB buffers inline.
+    Snappy(Box<snap::write::FrameEncoder<W>>),
 }
 
 impl<W: Write> FileWriter<W> {
@@ -184,7 +185,7 @@ impl<W: Write> FileWriter<W> {
     pub fn new(mut out: W, compression: bool) -> std::io::Result<Self> {
         let body = if compression {
             out.write_all(&[FLAG_SNAPPY])?;
-            Body::Snappy(snap::write::FrameEncoder::new(out))
+            Body::Snappy(Box::new(snap::write::FrameEncoder::new(out)))
         } else {
             out.write_all(&[FLAG_PLAIN])?;
             Body::Plain(out)

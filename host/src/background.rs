@@ -27,6 +27,16 @@ impl Outstanding {
     }
 }
 
+impl Outstanding {
+    /// Like [`Outstanding::wait_idle`], but gives up after `limit`; true if idle.
+    pub fn wait_idle_timeout(&self, limit: std::time::Duration) -> bool {
+        let (count, cv) = &*self.0;
+        let n = count.lock().unwrap();
+        let (n, _) = cv.wait_timeout_while(n, limit, |n| *n > 0).unwrap();
+        *n == 0
+    }
+}
+
 impl Drop for Job {
     fn drop(&mut self) {
         let (count, cv) = &*self.0.0;

@@ -24,8 +24,11 @@ pub mod manifest;
 mod metrics;
 pub mod reader;
 mod registry;
+mod retry;
+mod scheduler;
 mod storage;
 pub mod store;
+mod throttle;
 mod uploader;
 pub mod workload;
 mod writer;
@@ -36,10 +39,12 @@ pub use dstl_guest::types::{
     ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle, WriterError,
 };
 pub use error::Error;
-pub use metrics::MetricsSnapshot;
+pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use reader::ReadError;
 pub use registry::{LocalRegistry, TaskRegistry};
 pub use storage::ChangelogStorage;
+pub use store::{LocalStore, Store};
+pub use throttle::Availability;
 pub use writer::{ComponentDecoder, PersistFuture, Writer, WriterOptions};
 
 /// Decoding of raw changelog bytes (the same codec the writer component uses).

@@ -5,27 +5,35 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::background::Outstanding;
+use crate::store::Store;
 
 /// Deletes files off the caller's thread.
 #[derive(Clone)]
 pub(crate) struct Discarder {
     runtime: tokio::runtime::Handle,
     outstanding: Outstanding,
+    store: Arc<dyn Store>,
 }
 
 impl Discarder {
-    pub fn new(runtime: tokio::runtime::Handle, outstanding: Outstanding) -> Self {
+    pub fn new(
+        runtime: tokio::runtime::Handle,
+        outstanding: Outstanding,
+        store: Arc<dyn Store>,
+    ) -> Self {
         Self {
             runtime,
             outstanding,
+            store,
         }
     }
 
     pub fn discard(&self, path: String) {
         let job = self.outstanding.start();
+        let store = self.store.clone();
         self.runtime.spawn_blocking(move || {
             let _job = job;
-            match crate::store::delete(&path) {
+            match store.delete(&path) {
                 Ok(()) => tracing::debug!(%path, "discarded changelog file"),
                 Err(e) => tracing::warn!(%path, error = %e, "could not discard changelog file"),
             }

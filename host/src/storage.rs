@@ -14,7 +14,10 @@ use crate::error::Error;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::reader::ReadError;
 use crate::registry::{Discarder, LocalRegistry, TaskRegistry};
-use crate::store::LocalStore;
+use crate::retry::RetryPolicy;
+use crate::scheduler::Scheduler;
+use crate::store::{LocalStore, Store};
+use crate::throttle::Availability;
 use crate::uploader::Uploader;
 use crate::writer::{Writer, WriterOptions};
 
@@ -22,7 +25,7 @@ use crate::writer::{Writer, WriterOptions};
 pub(crate) struct Shared {
     pub config: Config,
     pub wasm: Wasm,
-    pub uploader: Uploader,
+    pub scheduler: Arc<Scheduler>,
     pub task_registry: TaskRegistry,
     pub local_registry: LocalRegistry,
     pub outstanding: Outstanding,
@@ -46,6 +49,18 @@ impl ChangelogStorage {
     /// Opens the storage described by `config`: creates `<base>/<job-id>/dstl/` (and the
     /// local-copy directory with local recovery on) and compiles the writer component.
     pub fn open(config: Config) -> Result<Self, Error> {
+        let job_dir = config.job_dir();
+        let store = LocalStore::open(&job_dir).map_err(|e| {
+            Error::Setup(format!(
+                "cannot create the changelog directory {}: {e}",
+                job_dir.display()
+            ))
+        })?;
+        Self::open_with_store(config, Arc::new(store))
+    }
+
+    /// Opens a storage whose uploads go to `store` instead of `<base>/<job-id>/dstl/`.
+    pub fn open_with_store(config: Config, store: Arc<dyn Store>) -> Result<Self, Error> {
         config.validate()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -54,13 +69,6 @@ impl ChangelogStorage {
             .enable_all()
             .build()
             .map_err(|e| Error::Setup(format!("cannot start the I/O runtime: {e}")))?;
-        let job_dir = config.job_dir();
-        let store = LocalStore::open(&job_dir).map_err(|e| {
-            Error::Setup(format!(
-                "cannot create the changelog directory {}: {e}",
-                job_dir.display()
-            ))
-        })?;
         let local = if config.local_recovery {
             let dir = config.local_copies_dir();
             Some(LocalStore::open(&dir).map_err(|e| {
@@ -75,25 +83,34 @@ impl ChangelogStorage {
         let wasm = Wasm::new(config.max_writers, config.writer_memory_limit)
             .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
         let outstanding = Outstanding::default();
-        let discarder = Discarder::new(runtime.handle().clone(), outstanding.clone());
+        let discarder =
+            Discarder::new(runtime.handle().clone(), outstanding.clone(), store.clone());
         let task_registry = TaskRegistry::new(discarder.clone());
         let metrics = Arc::new(Metrics::default());
         let closed = Arc::new(AtomicBool::new(false));
-        let uploader = Uploader {
+        let uploader = Arc::new(Uploader {
             store,
             local,
             compression: config.compression,
-            registry: task_registry.clone(),
-            runtime: runtime.handle().clone(),
-            outstanding: outstanding.clone(),
             metrics: metrics.clone(),
-            closed: closed.clone(),
-        };
+        });
+        let scheduler = Scheduler::new(
+            config.persist_delay,
+            config.persist_size_threshold,
+            config.max_in_flight,
+            RetryPolicy::from_config(&config),
+            config.upload_threads,
+            uploader,
+            task_registry.clone(),
+            runtime.handle().clone(),
+            outstanding.clone(),
+            metrics.clone(),
+        );
         Ok(Self {
             shared: Arc::new(Shared {
                 config,
                 wasm,
-                uploader,
+                scheduler,
                 task_registry,
                 local_registry: LocalRegistry::new(discarder),
                 outstanding,
@@ -164,9 +181,19 @@ impl ChangelogStorage {
         &self.shared.config
     }
 
-    /// Upload counters.
+    /// Upload metrics (spec §9.2).
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.shared.metrics.snapshot()
+        let scheduler = &self.shared.scheduler;
+        self.shared
+            .metrics
+            .snapshot(scheduler.queue_size(), scheduler.throttle.in_flight())
+    }
+
+    /// Whether uploads are accepted without blocking: an operator can wait on this
+    /// instead of blocking in `persist` or in an append that triggers a pre-emptive
+    /// persist.
+    pub fn availability(&self) -> Availability {
+        Availability::new(self.shared.scheduler.throttle.subscribe())
     }
 
     /// The task registry (reference counts of files not yet owned by a checkpoint).
@@ -185,15 +212,25 @@ impl ChangelogStorage {
         self.shared.outstanding.wait_idle();
     }
 
-    /// Stops accepting uploads and waits for those in flight. Writers still open get
-    /// an upload error on their next persist.
+    /// Stops accepting uploads: queued tasks fail with a closed error, writers waiting
+    /// for capacity are woken with one, and batches already running get up to
+    /// `max-attempts × timeout` (at least 5 s) to finish and deliver. Writers still open
+    /// get an upload error on their next persist.
     pub fn close(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
-        self.closed.store(true, Ordering::Release);
-        self.shared.outstanding.wait_idle();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.shared.scheduler.close();
+        let config = &self.shared.config;
+        let grace =
+            (config.upload_timeout * config.max_attempts).max(std::time::Duration::from_secs(5));
+        if !self.shared.outstanding.wait_idle_timeout(grace) {
+            tracing::warn!(?grace, "uploads still running at close; abandoning them");
+        }
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }

@@ -1,136 +1,112 @@
-//! Uploads: turns upload tasks into changelog files (spec §5.1) and reports each task's
-//! outcome to its writer's mailbox. Uploads run on the storage's blocking pool, never on
-//! a writer's call path.
+//! One upload attempt (spec §5.1): writes the change sets of a batch of tasks into one
+//! new changelog file, plus a local copy with local recovery on, and computes each
+//! change set's result. Retrying, batching and delivery are the scheduler's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 use dstl_guest::codec::FileWriter;
 use dstl_guest::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 
-use crate::background::Outstanding;
 use crate::metrics::Metrics;
 use crate::registry::TaskRegistry;
-use crate::store::LocalStore;
-use crate::writer::{Letter, WriterShared};
+use crate::retry::AttemptError;
+use crate::store::{LocalStore, Store};
 
-/// Writes files for upload tasks.
-#[derive(Clone)]
+/// Writes files for batches of upload tasks.
 pub(crate) struct Uploader {
-    pub store: LocalStore,
+    pub store: Arc<dyn Store>,
     pub local: Option<LocalStore>,
     pub compression: bool,
-    pub registry: TaskRegistry,
-    pub runtime: tokio::runtime::Handle,
-    pub outstanding: Outstanding,
     pub metrics: Arc<Metrics>,
-    pub closed: Arc<AtomicBool>,
+}
+
+/// The file of a successful attempt, not yet tracked by the registry.
+pub(crate) struct UploadedFile {
+    /// Results per task, in task order.
+    pub per_task: Vec<Vec<UploadResult>>,
+    pub remote: String,
+    pub local: Option<String>,
+    /// Change sets in the file: the initial reference count.
+    pub change_sets: u64,
+    /// Bytes on disk.
+    pub written: u64,
 }
 
 impl Uploader {
-    /// Accepts a task of `writer` and uploads it in the background.
-    pub fn submit(&self, writer: Weak<WriterShared>, task: UploadTask) -> Result<(), String> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err("the changelog storage is closed".into());
-        }
-        let job = self.outstanding.start();
-        let this = self.clone();
-        self.runtime.spawn_blocking(move || {
-            let _job = job;
-            let letter = match this.upload(std::slice::from_ref(&task)) {
-                Ok(mut per_task) => Letter::Succeeded {
-                    task: task.id,
-                    results: per_task.pop().unwrap_or_default(),
-                },
-                Err(e) => Letter::Failed {
-                    task: task.id,
-                    cause: e,
-                },
-            };
-            match writer.upgrade() {
-                Some(writer) => writer.post(letter),
-                None => {
-                    if let Letter::Succeeded { results, .. } = letter {
-                        release_results(&this.registry, &results);
-                    }
-                }
-            }
-        });
-        Ok(())
-    }
-
-    /// Writes one file holding every change set of `tasks`, in task order, and returns
-    /// the results per task. Registers the file (and its local copy) with a reference
-    /// per change set.
-    pub fn upload(&self, tasks: &[UploadTask]) -> Result<Vec<Vec<UploadResult>>, String> {
-        self.metrics.request();
+    /// One attempt. A failed attempt leaves no file behind (the store's create is
+    /// atomic), so a retry starts clean.
+    pub fn upload(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
+        Metrics::add(&self.metrics.upload_requests, 1);
         let started = Instant::now();
         let outcome = self.write_file(tasks);
         match &outcome {
-            Ok((_, logical, written)) => {
+            Ok(file) => {
+                self.metrics.upload_sizes.record(
+                    file.per_task
+                        .iter()
+                        .flatten()
+                        .map(|r| r.remote.file_size)
+                        .next()
+                        .unwrap_or(0),
+                );
                 self.metrics
-                    .success(*logical, *written, started.elapsed().as_nanos() as u64)
+                    .upload_latencies_nanos
+                    .record(started.elapsed().as_nanos() as u64);
             }
-            Err(_) => self.metrics.failure(),
+            Err(_) => Metrics::add(&self.metrics.upload_failures, 1),
         }
-        outcome.map(|(results, _, _)| results)
+        outcome
     }
 
-    fn write_file(
-        &self,
-        tasks: &[UploadTask],
-    ) -> Result<(Vec<Vec<UploadResult>>, u64, u64), String> {
+    fn write_file(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
         let payload: usize = tasks
             .iter()
             .flat_map(|t| &t.change_sets)
             .map(|c| c.block.len())
             .sum();
-        let mut file = FileWriter::new(Vec::with_capacity(payload + 1), self.compression)
-            .map_err(|e| e.to_string())?;
+        let io = |e: std::io::Error| AttemptError::Io(e.to_string());
+        let mut file =
+            FileWriter::new(Vec::with_capacity(payload + 1), self.compression).map_err(io)?;
         let mut offsets = Vec::with_capacity(tasks.len());
         for task in tasks {
-            let mut task_offsets = Vec::with_capacity(task.change_sets.len());
-            for change_set in &task.change_sets {
-                task_offsets.push(
-                    file.write_block(&change_set.block)
-                        .map_err(|e| e.to_string())?,
-                );
-            }
+            let task_offsets = task
+                .change_sets
+                .iter()
+                .map(|c| file.write_block(&c.block))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(io)?;
             offsets.push(task_offsets);
         }
         let logical = file.position();
-        let bytes = file.finish().map_err(|e| e.to_string())?;
+        let bytes = file.finish().map_err(io)?;
         let name = uuid::Uuid::new_v4().to_string();
         let path = self.store.create(&name, &bytes).map_err(|e| {
-            format!(
-                "could not write changelog file {}: {e}",
-                self.store.dir().join(&name).display()
-            )
+            AttemptError::Io(format!(
+                "could not write changelog file {name} to {}: {e}",
+                self.store.describe()
+            ))
         })?;
-        let count: u64 = tasks.iter().map(|t| t.change_sets.len() as u64).sum();
         let remote = StreamHandle {
-            path: path.to_string_lossy().into_owned(),
+            path,
             file_size: logical,
         };
-        self.registry.start_tracking(&remote.path, count);
         // A local copy that cannot be written degrades to a remote-only result instead of
         // failing an upload that succeeded (Flink fails it, spec §12.4).
-        let local = self.local.as_ref().and_then(|local| match local.create(&name, &bytes) {
-            Ok(path) => {
-                let handle = StreamHandle {
-                    path: path.to_string_lossy().into_owned(),
+        let local = self
+            .local
+            .as_ref()
+            .and_then(|local| match local.create(&name, &bytes) {
+                Ok(path) => Some(StreamHandle {
+                    path,
                     file_size: logical,
-                };
-                self.registry.start_tracking(&handle.path, count);
-                Some(handle)
-            }
-            Err(e) => {
-                tracing::warn!(file = %name, error = %e, "could not write the local copy; the result is remote only");
-                None
-            }
-        });
-        let results = tasks
+                }),
+                Err(e) => {
+                    tracing::warn!(file = %name, error = %e, "could not write the local copy; the result is remote only");
+                    None
+                }
+            });
+        let per_task = tasks
             .iter()
             .zip(offsets)
             .map(|(task, task_offsets)| {
@@ -150,7 +126,22 @@ impl Uploader {
                     .collect()
             })
             .collect();
-        Ok((results, logical, bytes.len() as u64))
+        Ok(UploadedFile {
+            per_task,
+            remote: remote.path,
+            local: local.map(|l| l.path),
+            change_sets: tasks.iter().map(|t| t.change_sets.len() as u64).sum(),
+            written: bytes.len() as u64,
+        })
+    }
+
+    /// Deletes the files of an attempt that lost (its local copy too, unlike Flink §12.6).
+    pub fn discard(&self, file: UploadedFile) {
+        for path in std::iter::once(&file.remote).chain(&file.local) {
+            if let Err(e) = self.store.delete(path) {
+                tracing::warn!(%path, error = %e, "could not delete the file of a losing upload attempt");
+            }
+        }
     }
 }
 

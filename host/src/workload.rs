@@ -93,10 +93,13 @@ pub struct Summary {
     pub metrics: MetricsSnapshot,
 }
 
+/// Changes appended since the last checkpoint, as `(key group, value)`.
+type Interval = Vec<(i32, Vec<u8>)>;
+
 struct WriterOutcome {
     latencies: Vec<Duration>,
     checkpoints: u64,
-    last: Option<(SnapshotResult, Vec<(i32, Vec<u8>)>)>,
+    last: Option<(SnapshotResult, Interval)>,
 }
 
 /// Runs `workload` against `storage`, calling `progress` with the number of changes

@@ -48,7 +48,7 @@ impl w::Host for WriterCtx {}
 impl c::dstl::changelog::uploader::Host for WriterCtx {
     fn schedule(&mut self, task: w::UploadTask) -> Result<(), String> {
         self.shared
-            .uploader
+            .scheduler
             .submit(self.this.clone(), c::from_wit_task(task))
     }
 }

@@ -13,8 +13,10 @@ use rand_chacha::ChaCha8Rng;
 const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
 
 fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
-    let mut config = Config::default();
-    config.base_path = dir.to_path_buf();
+    let mut config = Config {
+        base_path: dir.to_path_buf(),
+        ..Config::default()
+    };
     config.set("dstl.writer.max-writers", "8").unwrap();
     config.apply_pairs(conf.iter().copied()).unwrap();
     ChangelogStorage::open(config).unwrap()
@@ -243,7 +245,7 @@ fn persist_after_reset_loses_nothing() {
 #[test]
 fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
     let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let storage = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=10ms"]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let dir = break_uploads(&storage);
     w.append(0, b"lost").unwrap();
@@ -252,7 +254,11 @@ fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
         panic!("expected an upload failure, got {error:?}");
     };
     assert!(cause.contains(&*dir.to_string_lossy()), "{cause}");
-    assert_eq!(storage.metrics().upload_failures, 1);
+    assert!(
+        cause.starts_with("upload failed after 3 attempts"),
+        "{cause}"
+    );
+    assert_eq!(storage.metrics().upload_failures, 3);
     // Persisting the failed change set again fails at once, naming it.
     let again = writer_error(w.persist(0, 2));
     assert!(
@@ -295,7 +301,7 @@ fn sequence_numbers_advance_only_on_rollover_of_appended_changes() {
         w.next_sequence_number().unwrap();
     };
     let persist_initial: Step = |w| {
-        let _ = w.persist(0, 1).unwrap();
+        drop(w.persist(0, 1).unwrap());
     };
     let truncate_initial: Step = |w| w.truncate(0).unwrap();
     let truncate_next: Step = |w| {

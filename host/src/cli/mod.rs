@@ -1,7 +1,7 @@
 //! Command-line interface (contract in DESIGN.md).
 
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -110,9 +110,11 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut config = Config::default();
-    config.base_path = args.dir.clone();
-    config.compression = args.compression;
+    let mut config = Config {
+        base_path: args.dir.clone(),
+        compression: args.compression,
+        ..Config::default()
+    };
     config.apply_pairs(args.conf.iter().map(String::as_str))?;
     let workload = Workload {
         writers: args.writers,
@@ -171,7 +173,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read(path: &PathBuf, digest: bool, local: bool) -> anyhow::Result<()> {
+fn read(path: &Path, digest: bool, local: bool) -> anyhow::Result<()> {
     let manifest = Manifest::load(path)?;
     let handle = if local {
         manifest
@@ -208,12 +210,12 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
+fn inspect(path: &Path, values: bool) -> anyhow::Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let logical = codec::logical_bytes(&bytes)
         .with_context(|| format!("{} is not a changelog file", path.display()))?;
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    // Built whole before printing, so a corrupt file prints nothing but the error.
+    let mut out = Vec::new();
     writeln!(out, "file            {}", path.display())?;
     writeln!(
         out,
@@ -229,14 +231,20 @@ fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
     let mut offset = 0u64;
     let mut index = 0;
     while offset < logical.len() as u64 {
-        let mut reader = ChangeSetReader::new(&logical, offset)
-            .with_context(|| format!("corrupt change set at logical offset {offset}"))?;
+        let mut reader = ChangeSetReader::new(&logical, offset).with_context(|| {
+            format!(
+                "{}: corrupt change set at logical offset {offset}",
+                path.display()
+            )
+        })?;
         let mut groups: Vec<(i32, usize, u64)> = Vec::new();
         let mut lines = Vec::new();
-        while let Some(change) = reader
-            .next_change()
-            .with_context(|| format!("corrupt change set at logical offset {offset}"))?
-        {
+        while let Some(change) = reader.next_change().with_context(|| {
+            format!(
+                "{}: corrupt change set at logical offset {offset}",
+                path.display()
+            )
+        })? {
             match groups.last_mut() {
                 Some(g) if g.0 == change.key_group => {
                     g.1 += 1;
@@ -274,6 +282,6 @@ fn inspect(path: &PathBuf, values: bool) -> anyhow::Result<()> {
         offset = reader.position();
         index += 1;
     }
-    out.flush()?;
+    std::io::stdout().lock().write_all(&out)?;
     Ok(())
 }

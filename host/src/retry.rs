@@ -1,0 +1,448 @@
+//! Retries with per-attempt timeouts (spec §4), without Flink's holes (§12.1–12.3).
+//!
+//! - `fixed`: every attempt gets the same timeout; a timed-out attempt is *not* cancelled
+//!   (a blocking write cannot be), the next attempt starts at once, and whichever attempt
+//!   succeeds first wins; every other attempt's result is discarded when it arrives.
+//! - An I/O failure is retried after `next-attempt-delay` (Flink fails the tasks on the
+//!   first I/O error, so its retries only ever help timeouts).
+//! - The last allowed attempt failing or timing out fails the action, naming the number
+//!   of attempts and the last cause; results of older attempts still running are
+//!   discarded when they arrive.
+//! - Attempts wait for one of `num-threads` permits, so hung attempts occupy threads
+//!   exactly as in Flink.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::background::Job;
+use crate::config::{Config, RetryPolicyKind};
+
+/// Why one attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AttemptError {
+    /// An I/O failure: retried after the configured delay.
+    Io(String),
+    /// Anything else: fails the action at once.
+    Fatal(String),
+}
+
+impl std::fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttemptError::Io(m) | AttemptError::Fatal(m) => f.write_str(m),
+        }
+    }
+}
+
+/// When to give up, and how long to wait in between (spec §4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RetryPolicy {
+    /// Attempts including the first; 1 for `none`.
+    pub max_attempts: u32,
+    /// Per-attempt timeout; `None` waits forever.
+    pub timeout: Option<Duration>,
+    /// Pause after a failed attempt.
+    pub delay: Duration,
+}
+
+enum Failure<'a> {
+    Timeout,
+    Error(&'a AttemptError),
+}
+
+impl RetryPolicy {
+    pub fn from_config(config: &Config) -> Self {
+        match config.retry_policy {
+            RetryPolicyKind::None => Self {
+                max_attempts: 1,
+                timeout: None,
+                delay: Duration::ZERO,
+            },
+            RetryPolicyKind::Fixed => Self {
+                max_attempts: config.max_attempts,
+                timeout: Some(config.upload_timeout).filter(|t| !t.is_zero()),
+                delay: config.next_attempt_delay,
+            },
+        }
+    }
+
+    /// `None`: give up; otherwise start the next attempt after the duration.
+    fn retry_after(&self, attempt: u32, failure: Failure<'_>) -> Option<Duration> {
+        if attempt >= self.max_attempts {
+            return None;
+        }
+        match failure {
+            Failure::Timeout => Some(Duration::ZERO),
+            Failure::Error(AttemptError::Io(_)) => Some(self.delay),
+            Failure::Error(AttemptError::Fatal(_)) => None,
+        }
+    }
+}
+
+/// The winning result with the number of the attempt that produced it and how many
+/// attempts had started by then.
+pub(crate) struct Won<R> {
+    pub result: R,
+    pub attempt: u32,
+    pub total_attempts: u32,
+}
+
+/// Runs `attempt(n)` (a blocking function) under `policy` until one attempt succeeds or
+/// the policy gives up. Results that lose are passed to `discard`, also after this
+/// returns; `job` keeps the storage from reporting idle until they have been.
+pub(crate) async fn execute<R, A, D>(
+    policy: RetryPolicy,
+    permits: Arc<Semaphore>,
+    attempt: A,
+    discard: D,
+    job: Job,
+) -> Result<Won<R>, String>
+where
+    R: Send + 'static,
+    A: Fn(u32) -> Result<R, AttemptError> + Send + Sync + 'static,
+    D: Fn(R) + Send + 'static,
+{
+    let attempt = Arc::new(attempt);
+    let (started_tx, mut started_rx) = mpsc::unbounded_channel::<u32>();
+    let mut running: JoinSet<(u32, Result<R, AttemptError>)> = JoinSet::new();
+    let spawn = |n: u32, running: &mut JoinSet<(u32, Result<R, AttemptError>)>| {
+        let attempt = attempt.clone();
+        let permits = permits.clone();
+        let started = started_tx.clone();
+        running.spawn(async move {
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return (
+                    n,
+                    Err(AttemptError::Fatal(
+                        "the upload executor was shut down".into(),
+                    )),
+                );
+            };
+            let _ = started.send(n);
+            let result = tokio::task::spawn_blocking(move || attempt(n))
+                .await
+                .unwrap_or_else(|e| Err(AttemptError::Fatal(format!("attempt {n} panicked: {e}"))));
+            (n, result)
+        });
+    };
+    // The one attempt not yet finalized (by its failure or its timeout), if running.
+    let mut current = Some(1u32);
+    let mut deadline: Option<Instant> = None;
+    let mut retry_at: Option<(u32, Instant)> = None;
+    let mut total = 1u32;
+    spawn(1, &mut running);
+    let outcome = loop {
+        tokio::select! {
+            Some(n) = started_rx.recv() => {
+                if current == Some(n) {
+                    deadline = policy.timeout.map(|t| Instant::now() + t);
+                }
+            }
+            Some(joined) = running.join_next() => {
+                let (n, result) = joined.expect("attempt tasks catch their panics");
+                match result {
+                    Ok(result) => break Ok(Won { result, attempt: n, total_attempts: total }),
+                    // A finalized attempt (it timed out before) has no say any more.
+                    Err(_) if current != Some(n) => {}
+                    Err(error) => {
+                        current = None;
+                        deadline = None;
+                        match policy.retry_after(n, Failure::Error(&error)) {
+                            None => break Err(format!("upload failed after {total} attempts; last: attempt {n}: {error}")),
+                            Some(delay) => {
+                                total += 1;
+                                if delay.is_zero() {
+                                    current = Some(n + 1);
+                                    spawn(n + 1, &mut running);
+                                } else {
+                                    retry_at = Some((n + 1, Instant::now() + delay));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                let n = current.take().expect("a deadline belongs to the current attempt");
+                deadline = None;
+                let timeout = policy.timeout.unwrap_or_default();
+                match policy.retry_after(n, Failure::Timeout) {
+                    None => break Err(format!(
+                        "upload failed after {total} attempts; last: attempt {n} timed out after {} ms",
+                        timeout.as_millis()
+                    )),
+                    Some(_) => {
+                        total += 1;
+                        current = Some(n + 1);
+                        spawn(n + 1, &mut running);
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(retry_at.map_or_else(Instant::now, |r| r.1)), if retry_at.is_some() => {
+                let (n, _) = retry_at.take().expect("checked");
+                current = Some(n);
+                spawn(n, &mut running);
+            }
+        }
+    };
+    if !running.is_empty() {
+        // Attempts still running lose; their results are discarded when they finish.
+        tokio::spawn(async move {
+            let _job = job;
+            while let Some(joined) = running.join_next().await {
+                if let Ok((_, Ok(result))) = joined {
+                    discard(result);
+                }
+            }
+        });
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::background::Outstanding;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn policy(max_attempts: u32, timeout: Option<Duration>, delay: Duration) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            timeout,
+            delay,
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn run<R: Send + 'static>(
+        policy: RetryPolicy,
+        threads: usize,
+        attempt: impl Fn(u32) -> Result<R, AttemptError> + Send + Sync + 'static,
+        discard: impl Fn(R) + Send + 'static,
+    ) -> (Result<Won<R>, String>, Waiter) {
+        let outstanding = Outstanding::default();
+        let job = outstanding.start();
+        let runtime = rt();
+        let result = runtime.block_on(execute(
+            policy,
+            Arc::new(Semaphore::new(threads)),
+            attempt,
+            discard,
+            job,
+        ));
+        (result, Waiter(outstanding, runtime))
+    }
+
+    /// Keeps the runtime alive (dropping it would wait for hung attempts) until the test
+    /// has released them and waited for the discards.
+    struct Waiter(Outstanding, tokio::runtime::Runtime);
+
+    impl Waiter {
+        fn wait_idle(self) {
+            self.0.wait_idle();
+            self.1.shutdown_background();
+        }
+    }
+
+    #[test]
+    fn none_policy_makes_one_attempt() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let (result, _) = run(
+            RetryPolicy::from_config(&Config {
+                retry_policy: RetryPolicyKind::None,
+                ..Config::default()
+            }),
+            1,
+            move |_| -> Result<(), _> {
+                c.fetch_add(1, Ordering::SeqCst);
+                Err(AttemptError::Io("disk on fire".into()))
+            },
+            |_| {},
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let e = result.err().unwrap();
+        assert_eq!(
+            e,
+            "upload failed after 1 attempts; last: attempt 1: disk on fire"
+        );
+    }
+
+    #[test]
+    fn fixed_policy_retries_io_failures_up_to_the_limit() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let (result, _) = run(
+            policy(5, None, Duration::ZERO),
+            1,
+            move |n| -> Result<(), _> {
+                c.fetch_add(1, Ordering::SeqCst);
+                Err(AttemptError::Io(format!("failure {n}")))
+            },
+            |_| {},
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        assert!(result.err().unwrap().ends_with("attempt 5: failure 5"));
+    }
+
+    #[test]
+    fn success_after_failures_reports_the_winning_attempt() {
+        let (result, _) = run(
+            policy(6, None, Duration::ZERO),
+            1,
+            |n| {
+                if n <= 2 {
+                    Err(AttemptError::Io("no".into()))
+                } else {
+                    Ok(n)
+                }
+            },
+            |_| {},
+        );
+        let won = result.ok().unwrap();
+        assert_eq!((won.result, won.attempt, won.total_attempts), (3, 3, 3));
+    }
+
+    #[test]
+    fn fatal_errors_are_not_retried() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let (result, _) = run(
+            policy(u32::MAX, None, Duration::ZERO),
+            1,
+            move |_| -> Result<(), _> {
+                c.fetch_add(1, Ordering::SeqCst);
+                Err(AttemptError::Fatal("bug".into()))
+            },
+            |_| {},
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(result.is_err());
+    }
+
+    #[test]
+    fn retry_waits_the_configured_delay() {
+        let started = Instant::now();
+        let (result, _) = run(
+            policy(3, None, Duration::from_millis(123)),
+            1,
+            |n| {
+                if n == 1 {
+                    Err(AttemptError::Io("once".into()))
+                } else {
+                    Ok(())
+                }
+            },
+            |_| {},
+        );
+        assert_eq!(result.ok().unwrap().attempt, 2);
+        assert!(started.elapsed() >= Duration::from_millis(123));
+    }
+
+    #[test]
+    fn timed_out_attempts_lose_and_are_discarded() {
+        // Attempts 1..=6 hang until attempt 7 has won; 7 returns at once.
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let discarded = Arc::new(Mutex::new(Vec::new()));
+        let g = gate.clone();
+        let d = discarded.clone();
+        let (result, outstanding) = run(
+            policy(7, Some(Duration::from_millis(5)), Duration::ZERO),
+            8,
+            move |n| {
+                if n < 7 {
+                    let (open, cv) = &*g;
+                    let mut open = open.lock().unwrap();
+                    while !*open {
+                        open = cv.wait(open).unwrap();
+                    }
+                }
+                Ok(n)
+            },
+            move |n| d.lock().unwrap().push(n),
+        );
+        let won = result.ok().unwrap();
+        assert_eq!((won.result, won.attempt, won.total_attempts), (7, 7, 7));
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        outstanding.wait_idle();
+        let mut discarded = discarded.lock().unwrap().clone();
+        discarded.sort();
+        assert_eq!(discarded, vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn last_attempt_timing_out_fails_and_late_success_is_discarded() {
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let discarded = Arc::new(Mutex::new(Vec::new()));
+        let g = gate.clone();
+        let d = discarded.clone();
+        let (result, outstanding) = run(
+            policy(1, Some(Duration::from_millis(5)), Duration::ZERO),
+            1,
+            move |n| {
+                let (open, cv) = &*g;
+                let mut open = open.lock().unwrap();
+                while !*open {
+                    open = cv.wait(open).unwrap();
+                }
+                Ok(n)
+            },
+            move |n| d.lock().unwrap().push(n),
+        );
+        assert_eq!(
+            result.err().unwrap(),
+            "upload failed after 1 attempts; last: attempt 1 timed out after 5 ms"
+        );
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        outstanding.wait_idle();
+        assert_eq!(*discarded.lock().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn a_hung_attempt_is_overtaken_by_the_next_after_the_timeout() {
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let g = gate.clone();
+        let s = starts.clone();
+        let (result, outstanding) = run(
+            policy(u32::MAX, Some(Duration::from_millis(300)), Duration::ZERO),
+            2,
+            move |n| {
+                s.lock().unwrap().push(Instant::now());
+                if n == 1 {
+                    let (open, cv) = &*g;
+                    let mut open = open.lock().unwrap();
+                    while !*open {
+                        open = cv.wait(open).unwrap();
+                    }
+                }
+                Ok(n)
+            },
+            |_| {},
+        );
+        assert_eq!(result.ok().unwrap().attempt, 2);
+        let starts = starts.lock().unwrap().clone();
+        let gap = starts[1] - starts[0];
+        assert!(
+            gap >= Duration::from_millis(300),
+            "second attempt after {gap:?}"
+        );
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        outstanding.wait_idle();
+    }
+}

@@ -1,0 +1,158 @@
+//! The in-flight byte limit (spec §3.3) and the availability signal (§3.4).
+//!
+//! Flink's rule: a task is admitted while the bytes in flight are *below* the limit, even
+//! if the task itself overshoots it; otherwise the caller waits until completions bring
+//! the bytes back below. Availability flips off when an admission leaves no capacity and
+//! back on when a release restores it, so an operator can stop pulling input instead of
+//! blocking.
+
+use std::sync::{Condvar, Mutex};
+
+use tokio::sync::watch;
+
+/// Bytes in flight against a limit.
+pub(crate) struct Throttle {
+    max: u64,
+    state: Mutex<ThrottleState>,
+    changed: Condvar,
+    available: watch::Sender<bool>,
+}
+
+struct ThrottleState {
+    in_flight: u64,
+    closed: bool,
+}
+
+impl Throttle {
+    pub fn new(max: u64) -> Self {
+        Self {
+            max,
+            state: Mutex::new(ThrottleState {
+                in_flight: 0,
+                closed: false,
+            }),
+            changed: Condvar::new(),
+            available: watch::channel(true).0,
+        }
+    }
+
+    /// Waits for capacity, then admits `size` bytes. Fails once the throttle is closed.
+    pub fn seize(&self, size: u64) -> Result<(), String> {
+        let mut state = self.state.lock().unwrap();
+        while state.in_flight >= self.max && !state.closed {
+            state = self.changed.wait(state).unwrap();
+        }
+        if state.closed {
+            return Err("the changelog storage is closed".into());
+        }
+        state.in_flight += size;
+        if state.in_flight >= self.max {
+            self.available.send_replace(false);
+        }
+        Ok(())
+    }
+
+    /// Returns `size` bytes; wakes waiters when capacity is back.
+    pub fn release(&self, size: u64) {
+        let mut state = self.state.lock().unwrap();
+        let had_capacity = state.in_flight < self.max;
+        state.in_flight = state.in_flight.saturating_sub(size);
+        if !had_capacity && state.in_flight < self.max {
+            self.available.send_replace(true);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Wakes every waiter with an error; later seizes fail.
+    pub fn close(&self) {
+        self.state.lock().unwrap().closed = true;
+        self.changed.notify_all();
+        self.available.send_replace(true);
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.state.lock().unwrap().in_flight
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.available.subscribe()
+    }
+}
+
+/// Whether the storage accepts uploads without blocking; obtained from
+/// [`crate::ChangelogStorage::availability`].
+#[derive(Clone)]
+pub struct Availability {
+    rx: watch::Receiver<bool>,
+}
+
+impl Availability {
+    pub(crate) fn new(rx: watch::Receiver<bool>) -> Self {
+        Self { rx }
+    }
+
+    /// True while bytes in flight are below the limit.
+    pub fn is_available(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Completes once uploads are accepted without blocking.
+    pub async fn available(&mut self) {
+        // An error means the throttle is gone with its storage: nothing blocks any more.
+        let _ = self.rx.wait_for(|available| *available).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn admits_below_the_limit_even_when_overshooting() {
+        let t = Throttle::new(10_000);
+        t.seize(10_001).unwrap();
+        assert_eq!(t.in_flight(), 10_001);
+        assert!(!*t.subscribe().borrow());
+        t.release(10_001);
+        assert!(*t.subscribe().borrow());
+        t.seize(1).unwrap();
+    }
+
+    #[test]
+    fn a_full_throttle_blocks_until_release() {
+        let t = Arc::new(Throttle::new(10));
+        t.seize(10).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                t.seize(1).unwrap();
+                tx.send(()).unwrap();
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "must block while full"
+        );
+        t.release(10);
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("released waiter proceeds");
+        waiter.join().unwrap();
+        assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn close_fails_waiters() {
+        let t = Arc::new(Throttle::new(1));
+        t.seize(1).unwrap();
+        let waiter = {
+            let t = t.clone();
+            std::thread::spawn(move || t.seize(1))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        t.close();
+        assert!(waiter.join().unwrap().is_err());
+    }
+}
