@@ -1,0 +1,643 @@
+//! The shared upload scheduler (spec §3, §4, §5.1–5.3, §9.2; scenarios §11.3–§11.6),
+//! through the wasmtime host, with a real directory behind a store that injects faults.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use dstl::{
+    ChangelogStorage, Config, Error, KeyGroupRange, LocalStore, SnapshotResult, Store, WriterError,
+};
+
+const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+/// Bound for anything that must happen "eventually"; never reached when things work.
+const EVENTUALLY: Duration = Duration::from_secs(60);
+
+/// What the next `create` does.
+#[derive(Clone)]
+enum Fault {
+    /// Fails with an I/O error, writing nothing.
+    Fail,
+    /// Waits until the gate opens, then writes.
+    Hang,
+}
+
+/// A local directory whose creates fail or hang as planned.
+struct FaultyStore {
+    inner: LocalStore,
+    plan: Mutex<VecDeque<Fault>>,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+    creates: Mutex<u32>,
+    /// Fail every create from now on.
+    broken: Mutex<bool>,
+}
+
+impl FaultyStore {
+    fn new(dir: &Path) -> Arc<Self> {
+        Arc::new(Self {
+            inner: LocalStore::open(dir).unwrap(),
+            plan: Mutex::new(VecDeque::new()),
+            gate: Arc::new((Mutex::new(false), Condvar::new())),
+            creates: Mutex::new(0),
+            broken: Mutex::new(false),
+        })
+    }
+
+    fn plan(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.plan.lock().unwrap().extend(faults);
+    }
+
+    fn open_gate(&self) {
+        *self.gate.0.lock().unwrap() = true;
+        self.gate.1.notify_all();
+    }
+
+    fn creates(&self) -> u32 {
+        *self.creates.lock().unwrap()
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.inner.dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    }
+}
+
+impl Store for FaultyStore {
+    fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
+        *self.creates.lock().unwrap() += 1;
+        if *self.broken.lock().unwrap() {
+            return Err(std::io::Error::other("injected: the store is down"));
+        }
+        let fault = self.plan.lock().unwrap().pop_front();
+        match fault {
+            Some(Fault::Fail) => return Err(std::io::Error::other("injected: transient failure")),
+            Some(Fault::Hang) => {
+                let (open, cv) = &*self.gate;
+                let mut open = open.lock().unwrap();
+                while !*open {
+                    open = cv.wait(open).unwrap();
+                }
+            }
+            None => {}
+        }
+        self.inner.create(name, bytes)
+    }
+
+    fn delete(&self, path: &str) -> std::io::Result<()> {
+        Store::delete(&self.inner, path)
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, Arc<FaultyStore>) {
+    let mut config = Config {
+        base_path: dir.to_path_buf(),
+        ..Config::default()
+    };
+    config.set("dstl.writer.max-writers", "16").unwrap();
+    config.apply_pairs(conf.iter().copied()).unwrap();
+    let store = FaultyStore::new(&config.job_dir());
+    let storage = ChangelogStorage::open_with_store(config, store.clone()).unwrap();
+    (storage, store)
+}
+
+fn paths(snapshot: &SnapshotResult) -> HashSet<String> {
+    snapshot
+        .remote
+        .entries
+        .iter()
+        .map(|e| e.handle.path.clone())
+        .collect()
+}
+
+fn payloads(storage: &ChangelogStorage, snapshot: &SnapshotResult) -> Vec<Vec<u8>> {
+    storage
+        .read(&snapshot.remote)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.value)
+        .collect()
+}
+
+/// Runs `f` on another thread; the receiver yields its result.
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> mpsc::Receiver<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+// ---- §11.3 batching ----
+
+#[test]
+fn without_delay_and_threshold_every_task_uploads_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+        ],
+    );
+    let mut files = HashSet::new();
+    for i in 0..3u8 {
+        let w = storage.create_writer(&format!("op-{i}"), RANGE).unwrap();
+        w.append(0, &[i]).unwrap();
+        let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+        assert_eq!(payloads(&storage, &snapshot), vec![vec![i]]);
+        files.extend(paths(&snapshot));
+    }
+    storage.wait_idle();
+    let metrics = storage.metrics();
+    assert_eq!(files.len(), 3);
+    assert_eq!(store.files().len(), 3);
+    assert_eq!(metrics.upload_batch_sizes.count, 3);
+    assert_eq!(metrics.upload_batch_sizes.max, 1);
+}
+
+#[test]
+fn size_threshold_sends_one_batch_of_all_writers_in_one_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=1h",
+            "dstl.dfs.batch.persist-size-threshold=77b",
+        ],
+    );
+    let writers: Vec<_> = (0..7)
+        .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
+        .collect();
+    let mut pending = Vec::new();
+    for (i, w) in writers.iter().enumerate() {
+        w.append(0, &[i as u8; 11]).unwrap();
+        pending.push(w.persist(0, 1).unwrap());
+        if i < 6 {
+            assert_eq!(storage.metrics().upload_queue_size, i as u64 + 1);
+            assert_eq!(
+                store.creates(),
+                0,
+                "below the threshold nothing is uploaded"
+            );
+        }
+    }
+    let snapshots: Vec<SnapshotResult> = pending.into_iter().map(|p| p.wait().unwrap()).collect();
+    let files: HashSet<String> = snapshots.iter().flat_map(paths).collect();
+    assert_eq!(files.len(), 1, "one batch, one file");
+    // Tasks are written in queue order.
+    let offsets: Vec<u64> = snapshots
+        .iter()
+        .map(|s| s.remote.entries[0].offset)
+        .collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        assert_eq!(payloads(&storage, snapshot), vec![vec![i as u8; 11]]);
+    }
+    let metrics = storage.metrics();
+    assert_eq!(metrics.upload_queue_size, 0);
+    assert_eq!(metrics.upload_batch_sizes.max, 7);
+    assert_eq!(store.creates(), 1);
+}
+
+#[test]
+fn delay_batches_persists_arriving_within_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=300ms"]);
+    let writers: Vec<_> = (0..4)
+        .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
+        .collect();
+    let started = Instant::now();
+    let pending: Vec<_> = writers
+        .iter()
+        .map(|w| {
+            w.append(1, b"x").unwrap();
+            w.persist(0, 1).unwrap()
+        })
+        .collect();
+    assert_eq!(store.creates(), 0, "nothing leaves before the delay");
+    let files: HashSet<String> = pending
+        .into_iter()
+        .flat_map(|p| paths(&p.wait().unwrap()))
+        .collect();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(files.len(), 1);
+    assert_eq!(store.creates(), 1);
+}
+
+#[test]
+fn eight_writers_share_few_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, _) = open(tmp.path(), &[]);
+    let workload = dstl::workload::Workload {
+        writers: 8,
+        changes: 80_000,
+        change_size: 100,
+        key_groups: 128,
+        checkpoint_every: 1_000,
+        seed: 1,
+        manifests: None,
+    };
+    let summary = dstl::workload::run(&storage, &workload, &|_| {}).unwrap();
+    assert!(summary.verified);
+    assert_eq!(summary.checkpoints, 80);
+    assert!(
+        summary.files < summary.checkpoints,
+        "{} files for {} persists",
+        summary.files,
+        summary.checkpoints
+    );
+}
+
+// ---- §11.3 / §11.4 retries, timeouts and faults ----
+
+#[test]
+fn transient_failures_are_retried_and_leave_one_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.upload.max-attempts=5",
+            "dstl.dfs.upload.next-attempt-delay=0",
+        ],
+    );
+    store.plan([Fault::Fail, Fault::Fail, Fault::Fail, Fault::Fail]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(3, b"survives").unwrap();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(payloads(&storage, &snapshot), vec![b"survives".to_vec()]);
+    storage.wait_idle();
+    assert_eq!(store.files().len(), 1);
+    let m = storage.metrics();
+    assert_eq!((m.upload_requests, m.upload_failures), (5, 4));
+    assert_eq!(
+        (m.attempts_per_upload.max, m.total_attempts_per_upload.max),
+        (5, 5)
+    );
+}
+
+#[test]
+fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=5ms"]);
+    *store.broken.lock().unwrap() = true;
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"doomed").unwrap();
+    let error = w.persist(0, 1).unwrap().wait().unwrap_err();
+    let Some(WriterError::UploadFailed(cause)) = error.writer_error() else {
+        panic!("{error:?}")
+    };
+    assert!(cause.contains("after 3 attempts"), "{cause}");
+    assert!(cause.contains("injected: the store is down"), "{cause}");
+    assert_eq!(store.creates(), 3);
+    // Later persists that exclude the failed change set succeed.
+    *store.broken.lock().unwrap() = false;
+    let sqn = w.next_sequence_number().unwrap();
+    w.append(0, b"fine").unwrap();
+    let snapshot = w.persist(sqn, 2).unwrap().wait().unwrap();
+    assert_eq!(payloads(&storage, &snapshot), vec![b"fine".to_vec()]);
+    storage.wait_idle();
+    assert_eq!(
+        store.files().len(),
+        1,
+        "no file of the failed upload is left"
+    );
+}
+
+#[test]
+fn a_hung_upload_is_overtaken_and_its_late_file_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.timeout=200ms"]);
+    store.plan([Fault::Hang]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"speculative").unwrap();
+    let started = Instant::now();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(payloads(&storage, &snapshot), vec![b"speculative".to_vec()]);
+    store.open_gate();
+    storage.wait_idle();
+    let files = store.files();
+    assert_eq!(files.len(), 1, "the loser's file is deleted: {files:?}");
+    assert_eq!(
+        paths(&snapshot),
+        HashSet::from([files[0].to_string_lossy().into_owned()])
+    );
+    let m = storage.metrics();
+    assert_eq!(
+        (m.attempts_per_upload.max, m.total_attempts_per_upload.max),
+        (2, 2)
+    );
+}
+
+#[test]
+fn last_attempt_timing_out_fails_and_the_late_file_is_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.upload.timeout=100ms",
+            "dstl.dfs.upload.max-attempts=1",
+        ],
+    );
+    store.plan([Fault::Hang]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"late").unwrap();
+    let error = w.persist(0, 1).unwrap().wait().unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("attempt 1 timed out after 100 ms"),
+        "{error}"
+    );
+    store.open_gate();
+    storage.wait_idle();
+    assert!(store.files().is_empty(), "{:?}", store.files());
+}
+
+#[test]
+fn retry_policy_none_makes_a_single_attempt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.retry-policy=none"]);
+    store.plan([Fault::Fail]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"x").unwrap();
+    assert!(w.persist(0, 1).unwrap().wait().is_err());
+    assert_eq!(store.creates(), 1);
+}
+
+#[test]
+fn writers_closed_with_uploads_in_flight_leave_only_referenced_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=20ms",
+            "dstl.dfs.preemptive-persist-threshold=2kb",
+        ],
+    );
+    let mut live = HashSet::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6)
+            .map(|i| {
+                let storage = &storage;
+                scope.spawn(move || {
+                    let w = storage.create_writer(&format!("op-{i}"), RANGE).unwrap();
+                    let mut kept = HashSet::new();
+                    for cp in 1..=5 {
+                        w.append(i, &[i as u8; 1500]).unwrap();
+                        let to = w.next_sequence_number().unwrap();
+                        let pending = w.persist(0, cp).unwrap();
+                        if i % 2 == 0 && cp == 3 {
+                            // Close with the persist (and pre-emptive uploads) in flight.
+                            w.close().unwrap();
+                            // Either the upload landed first or the close failed it.
+                            let _ = pending.wait();
+                            return kept;
+                        }
+                        let snapshot = pending.wait().unwrap();
+                        w.confirm(0, to, cp as i64).unwrap();
+                        kept.extend(paths(&snapshot));
+                    }
+                    kept
+                })
+            })
+            .collect();
+        for h in handles {
+            live.extend(h.join().unwrap());
+        }
+    });
+    storage.wait_idle();
+    let on_disk: HashSet<String> = store
+        .files()
+        .into_iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        on_disk, live,
+        "every file is referenced by a confirmed snapshot or deleted"
+    );
+}
+
+// ---- §11.3 back-pressure and availability ----
+
+#[test]
+fn back_pressure_blocks_until_uploads_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+            "dstl.dfs.upload.max-in-flight=1000b",
+            "dstl.dfs.upload.timeout=0",
+        ],
+    );
+    store.plan([Fault::Hang]);
+    let storage = Arc::new(storage);
+    let a = storage.create_writer("a", RANGE).unwrap();
+    a.append(0, &[1; 500]).unwrap();
+    a.next_sequence_number().unwrap();
+    a.append(0, &[2; 500]).unwrap();
+    let first = a.persist(0, 1).unwrap();
+    let availability = storage.availability();
+    assert!(!availability.is_available(), "1000 of 1000 bytes in flight");
+    assert_eq!(storage.metrics().bytes_in_flight, 1000);
+    let s = storage.clone();
+    let blocked = spawn(move || {
+        let b = s.create_writer("b", RANGE).unwrap();
+        b.append(0, &[3]).unwrap();
+        let snapshot = b.persist(0, 1).unwrap().wait().unwrap();
+        payloads(&s, &snapshot)
+    });
+    assert!(
+        blocked.recv_timeout(Duration::from_millis(500)).is_err(),
+        "a further upload waits while the limit is reached"
+    );
+    store.open_gate();
+    assert_eq!(first.wait().unwrap().remote.entries.len(), 2);
+    assert_eq!(blocked.recv_timeout(EVENTUALLY).unwrap(), vec![vec![3]]);
+    let mut availability = availability;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { tokio::time::timeout(EVENTUALLY, availability.available()).await })
+        .unwrap();
+}
+
+#[test]
+fn a_task_above_the_limit_is_admitted_when_below_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, _) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.upload.max-in-flight=100b",
+            "dstl.dfs.batch.persist-size-threshold=10b",
+        ],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, &[7; 101]).unwrap();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(snapshot.remote.state_size, 101);
+}
+
+/// §11.6 testDeadlockOnUploadCompletion: every append persists (threshold 0), capacity
+/// is 10 bytes and uploads hang until the third append blocks on capacity.
+#[test]
+fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+            "dstl.dfs.upload.max-in-flight=10b",
+            "dstl.dfs.upload.num-threads=1",
+            "dstl.dfs.upload.timeout=0",
+            "dstl.dfs.preemptive-persist-threshold=0",
+        ],
+    );
+    store.plan([Fault::Hang, Fault::Hang]);
+    let storage = Arc::new(storage);
+    let s = storage.clone();
+    let done = spawn(move || {
+        let w = s.create_writer("op", RANGE).unwrap();
+        w.append(0, &[1]).unwrap();
+        w.append(0, &[2; 10]).unwrap();
+        w.append(0, &[3]).unwrap(); // waits for capacity inside the writer's call
+        let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+        payloads(&s, &snapshot)
+    });
+    assert!(
+        done.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the third append waits"
+    );
+    store.open_gate();
+    assert_eq!(
+        done.recv_timeout(EVENTUALLY).expect("no deadlock"),
+        vec![vec![1], vec![2; 10], vec![3]]
+    );
+}
+
+// ---- §11.5 metrics ----
+
+#[test]
+fn metrics_count_uploads_sizes_and_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.upload.retry-policy=none",
+        ],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let mut from = 0;
+    for i in 0..5 {
+        w.append(0, &[i; 4]).unwrap();
+        let to = w.next_sequence_number().unwrap();
+        w.persist(from, i as i64 + 1).unwrap().wait().unwrap();
+        from = to;
+    }
+    let m = storage.metrics();
+    assert_eq!(m.upload_requests, 5);
+    assert!(m.upload_latencies_nanos.min > 0);
+    // A 1-byte change is 1 + 16 framing bytes; a 33-byte one 49.
+    w.append(0, &[1]).unwrap();
+    w.persist(from, 6).unwrap().wait().unwrap();
+    assert_eq!(storage.metrics().upload_sizes.min, 17);
+    let to = w.next_sequence_number().unwrap();
+    w.append(0, &[1; 33]).unwrap();
+    w.persist(to, 7).unwrap().wait().unwrap();
+    assert_eq!(storage.metrics().upload_sizes.max, 49);
+    // Failures.
+    *store.broken.lock().unwrap() = true;
+    for cp in 8..13 {
+        let from = w.next_sequence_number().unwrap();
+        w.append(0, b"x").unwrap();
+        assert!(w.persist(from, cp).unwrap().wait().is_err());
+    }
+    assert_eq!(storage.metrics().upload_failures, 5);
+}
+
+#[test]
+fn metrics_of_batches_attempts_and_queue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=1h",
+            "dstl.dfs.batch.persist-size-threshold=5b",
+            "dstl.dfs.upload.next-attempt-delay=0",
+        ],
+    );
+    let writers: Vec<_> = (0..5)
+        .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
+        .collect();
+    for round in 1..=3 {
+        store.plan([Fault::Fail, Fault::Fail]);
+        let pending: Vec<_> = writers
+            .iter()
+            .map(|w| {
+                let from = w.next_sequence_number().unwrap();
+                w.append(0, b"y").unwrap();
+                w.persist(from, round).unwrap()
+            })
+            .collect();
+        for p in pending {
+            p.wait().unwrap();
+        }
+    }
+    let m = storage.metrics();
+    assert_eq!(
+        (
+            m.upload_batch_sizes.min,
+            m.upload_batch_sizes.max,
+            m.upload_batch_sizes.count
+        ),
+        (5, 5, 3)
+    );
+    assert_eq!(
+        (m.attempts_per_upload.min, m.attempts_per_upload.max),
+        (3, 3)
+    );
+    // The queue gauge counts tasks waiting for their batch.
+    for w in &writers[..4] {
+        let from = w.next_sequence_number().unwrap();
+        w.append(0, b"z").unwrap();
+        drop(w.persist(from, 9).unwrap());
+    }
+    assert_eq!(storage.metrics().upload_queue_size, 4);
+}
+
+#[test]
+fn closing_the_storage_fails_queued_uploads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, _) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=1h"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"queued").unwrap();
+    let pending = w.persist(0, 1).unwrap();
+    assert_eq!(storage.metrics().upload_queue_size, 1);
+    let started = Instant::now();
+    storage.close();
+    let error = pending.wait().unwrap_err();
+    assert!(
+        matches!(error.writer_error(), Some(WriterError::UploadFailed(m)) if m.contains("closed")),
+        "{error}"
+    );
+    assert!(started.elapsed() < EVENTUALLY);
+    // The writer learns about it on its next persist, with a typed error.
+    let error = w.persist(0, 2).unwrap_err();
+    assert!(matches!(error, Error::Writer { .. }), "{error}");
+}
