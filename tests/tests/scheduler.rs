@@ -405,7 +405,7 @@ fn writers_closed_with_uploads_in_flight_leave_only_referenced_files() {
                             return kept;
                         }
                         let snapshot = pending.wait().unwrap();
-                        w.confirm(0, to, cp as i64).unwrap();
+                        w.confirm(0, to, cp).unwrap();
                         kept.extend(paths(&snapshot));
                     }
                     kept
