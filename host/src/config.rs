@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store::Location;
+
 /// A key or value that cannot be used; the message names the key and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -24,6 +26,22 @@ pub enum ConfigError {
     /// A `key=value` pair without `=`.
     #[error("`{0}` is not of the form key=value")]
     NotAPair(String),
+    /// A base path that is neither a directory nor a valid `s3://` URL.
+    #[error("invalid value for `{key}`: {reason}")]
+    InvalidLocation {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A configuration file that cannot be used.
+    #[error("configuration file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// Effective configuration of a [`crate::ChangelogStorage`].
@@ -68,6 +86,8 @@ pub struct Config {
     pub writer_memory_limit: u64,
     /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
     pub max_writers: u32,
+    /// How to reach S3-compatible stores (`dstl.s3.*`).
+    pub s3: crate::store::S3Settings,
 }
 
 /// The retry policies of spec §4.1.
@@ -101,6 +121,7 @@ impl Default for Config {
             local_dir: None,
             writer_memory_limit: 256 << 20,
             max_writers: 1024,
+            s3: crate::store::S3Settings::default(),
         }
     }
 }
@@ -126,6 +147,12 @@ pub const KEYS: &[&str] = &[
     "dstl.local-recovery.dir",
     "dstl.writer.memory-limit",
     "dstl.writer.max-writers",
+    "dstl.s3.endpoint",
+    "dstl.s3.region",
+    "dstl.s3.access-key-id",
+    "dstl.s3.secret-access-key",
+    "dstl.s3.allow-http",
+    "dstl.s3.request-timeout",
 ];
 
 const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)";
@@ -158,8 +185,12 @@ impl Config {
         match short {
             "dstl.dfs.base-path" => {
                 if value.is_empty() {
-                    return Err(invalid("a non-empty directory path"));
+                    return Err(invalid("a directory path or s3://bucket/prefix"));
                 }
+                Location::parse(value).map_err(|reason| ConfigError::InvalidLocation {
+                    key: key.to_string(),
+                    reason,
+                })?;
                 self.base_path = PathBuf::from(value);
             }
             "dstl.dfs.compression.enabled" => self.compression = boolean()?,
@@ -214,6 +245,17 @@ impl Config {
                 }
             }
             "dstl.writer.max-writers" => self.max_writers = positive()?,
+            "dstl.s3.endpoint" => {
+                if !(value.starts_with("http://") || value.starts_with("https://")) {
+                    return Err(invalid("an http:// or https:// URL"));
+                }
+                self.s3.endpoint = Some(value.to_string());
+            }
+            "dstl.s3.region" => self.s3.region = Some(value.to_string()),
+            "dstl.s3.access-key-id" => self.s3.access_key_id = Some(value.to_string()),
+            "dstl.s3.secret-access-key" => self.s3.secret_access_key = Some(value.to_string()),
+            "dstl.s3.allow-http" => self.s3.allow_http = Some(boolean()?),
+            "dstl.s3.request-timeout" => self.s3.request_timeout = Some(duration()?),
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())
@@ -233,6 +275,33 @@ impl Config {
         Ok(())
     }
 
+    /// Reads a TOML file of settings and applies them. Keys may be written dotted
+    /// (`"dstl.dfs.compression.enabled" = true`) or as tables (`[dstl.dfs]`,
+    /// `compression.enabled = true`); values may be strings, numbers or booleans.
+    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
+        let file_error = |reason: String| ConfigError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| file_error(e.to_string()))?;
+        let mut pairs = Vec::new();
+        flatten("", &toml::Value::Table(table), &mut pairs).map_err(file_error)?;
+        for (key, value) in pairs {
+            self.set(&key, &value)
+                .map_err(|e| file_error(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Where the files go.
+    pub fn location(&self) -> Location {
+        Location::parse(&self.base_path.to_string_lossy())
+            .expect("base path was validated when it was set")
+    }
+
     /// Checks relations between keys (Flink's scheduler constructor check).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.persist_size_threshold > self.max_in_flight {
@@ -245,16 +314,31 @@ impl Config {
         Ok(())
     }
 
-    /// The directory holding this job's changelog files.
+    /// The directory (or URL) holding this job's changelog files.
     pub fn job_dir(&self) -> PathBuf {
-        self.base_path.join(&self.job_id).join("dstl")
+        match self.location() {
+            Location::Local(dir) => dir.join(&self.job_id).join("dstl"),
+            Location::S3 { bucket, prefix } => {
+                let prefix = if prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("{prefix}/")
+                };
+                PathBuf::from(format!("s3://{bucket}/{prefix}{}/dstl", self.job_id))
+            }
+        }
     }
 
-    /// The directory holding local copies (Flink's `jid_<job>/taskowned`).
+    /// The directory holding local copies (Flink's `jid_<job>/taskowned`); by default
+    /// under the base directory, or `./dstl-local` when the base is an object store.
     pub fn local_copies_dir(&self) -> PathBuf {
+        let default = match self.location() {
+            Location::Local(dir) => dir.join("local"),
+            Location::S3 { .. } => PathBuf::from("dstl-local"),
+        };
         self.local_dir
             .clone()
-            .unwrap_or_else(|| self.base_path.join("local"))
+            .unwrap_or(default)
             .join(format!("jid_{}", self.job_id))
             .join("taskowned")
     }
@@ -285,9 +369,60 @@ impl Config {
             self.local_copies_dir().display().to_string(),
             format!("{}b", self.writer_memory_limit),
             self.max_writers.to_string(),
+            self.s3
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| "(AWS_ENDPOINT_URL)".into()),
+            self.s3
+                .region
+                .clone()
+                .unwrap_or_else(|| "(AWS_REGION, else us-east-1)".into()),
+            self.s3
+                .access_key_id
+                .clone()
+                .unwrap_or_else(|| "(AWS_ACCESS_KEY_ID)".into()),
+            match self.s3.secret_access_key {
+                Some(_) => "(set)".into(),
+                None => "(AWS_SECRET_ACCESS_KEY)".into(),
+            },
+            self.s3
+                .allow_http
+                .map_or_else(|| "(loopback endpoints only)".into(), |b| b.to_string()),
+            self.s3
+                .request_timeout
+                .map_or_else(|| "30000 ms".into(), ms),
         ];
         KEYS.iter().copied().zip(values).collect()
     }
+}
+
+fn flatten(
+    prefix: &str,
+    value: &toml::Value,
+    out: &mut Vec<(String, String)>,
+) -> Result<(), String> {
+    match value {
+        toml::Value::Table(table) => {
+            for (k, v) in table {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out)?;
+            }
+        }
+        toml::Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        toml::Value::Integer(i) => out.push((prefix.to_string(), i.to_string())),
+        toml::Value::Boolean(b) => out.push((prefix.to_string(), b.to_string())),
+        other => {
+            return Err(format!(
+                "`{prefix}` has a {} value; use a string, a number or a boolean",
+                other.type_str()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn split_number(value: &str) -> Option<(u64, String)> {
@@ -359,6 +494,58 @@ mod tests {
         .unwrap();
         assert!(c.compression);
         assert_eq!(c.preemptive_persist_threshold, 600);
+    }
+
+    #[test]
+    fn toml_file_dotted_and_nested() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("dstl.toml");
+        std::fs::write(
+            &file,
+            "\"state.changelog.dstl.dfs.upload.timeout\" = \"2 s\"\n[dstl.dfs]\ncompression.enabled = true\nupload.max-attempts = 4\n",
+        )
+        .unwrap();
+        let mut c = Config::default();
+        c.apply_file(&file).unwrap();
+        assert_eq!(c.upload_timeout, Duration::from_secs(2));
+        assert!(c.compression);
+        assert_eq!(c.max_attempts, 4);
+        std::fs::write(&file, "[dstl.dfs]\nupload.timeot = \"1s\"\n").unwrap();
+        let e = Config::default().apply_file(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("dstl.toml") && e.contains("`dstl.dfs.upload.timeot`"),
+            "{e}"
+        );
+        std::fs::write(&file, "[dstl.dfs\n").unwrap();
+        assert!(Config::default().apply_file(&file).is_err());
+    }
+
+    #[test]
+    fn store_urls_are_validated() {
+        let mut c = Config::default();
+        c.set("dstl.dfs.base-path", "s3://bucket/a/b").unwrap();
+        assert_eq!(
+            c.location(),
+            Location::S3 {
+                bucket: "bucket".into(),
+                prefix: "a/b".into()
+            }
+        );
+        assert_eq!(
+            c.job_dir(),
+            PathBuf::from(format!("s3://bucket/a/b/{}/dstl", c.job_id))
+        );
+        for bad in [
+            "s3://bucket/../x",
+            "s3://bucket/a//b",
+            "s3://B/x",
+            "s3://bucket/a\\b",
+            "gs://x/y",
+            "s3://bucket/a\u{0}b",
+        ] {
+            let e = c.set("dstl.dfs.base-path", bad).unwrap_err().to_string();
+            assert!(e.contains("dstl.dfs.base-path"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod background;
 mod component;
 pub mod config;
 mod error;
+pub mod gc;
 pub mod manifest;
 mod metrics;
 pub mod reader;
@@ -43,7 +44,7 @@ pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use reader::ReadError;
 pub use registry::{LocalRegistry, TaskRegistry};
 pub use storage::ChangelogStorage;
-pub use store::{LocalStore, Store};
+pub use store::{FileSource, LocalStore, Location, S3Settings, S3Store, Store, StoredFile};
 pub use throttle::Availability;
 pub use writer::{ComponentDecoder, PersistFuture, Writer, WriterOptions};
 

@@ -5,35 +5,31 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::background::Outstanding;
-use crate::store::Store;
+use crate::store::Stores;
 
 /// Deletes files off the caller's thread.
 #[derive(Clone)]
 pub(crate) struct Discarder {
     runtime: tokio::runtime::Handle,
     outstanding: Outstanding,
-    store: Arc<dyn Store>,
+    stores: Stores,
 }
 
 impl Discarder {
-    pub fn new(
-        runtime: tokio::runtime::Handle,
-        outstanding: Outstanding,
-        store: Arc<dyn Store>,
-    ) -> Self {
+    pub fn new(runtime: tokio::runtime::Handle, outstanding: Outstanding, stores: Stores) -> Self {
         Self {
             runtime,
             outstanding,
-            store,
+            stores,
         }
     }
 
     pub fn discard(&self, path: String) {
         let job = self.outstanding.start();
-        let store = self.store.clone();
+        let stores = self.stores.clone();
         self.runtime.spawn_blocking(move || {
             let _job = job;
-            match store.delete(&path) {
+            match stores.delete(&path) {
                 Ok(()) => tracing::debug!(%path, "discarded changelog file"),
                 Err(e) => tracing::warn!(%path, error = %e, "could not discard changelog file"),
             }

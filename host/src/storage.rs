@@ -16,7 +16,7 @@ use crate::reader::ReadError;
 use crate::registry::{Discarder, LocalRegistry, TaskRegistry};
 use crate::retry::RetryPolicy;
 use crate::scheduler::Scheduler;
-use crate::store::{LocalStore, Store};
+use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
 use crate::throttle::Availability;
 use crate::uploader::Uploader;
 use crate::writer::{Writer, WriterOptions};
@@ -24,6 +24,8 @@ use crate::writer::{Writer, WriterOptions};
 /// State shared by the storage and every writer's sandbox.
 pub(crate) struct Shared {
     pub config: Config,
+    pub remote: Arc<dyn Store>,
+    pub files: FileSource,
     pub wasm: Wasm,
     pub scheduler: Arc<Scheduler>,
     pub task_registry: TaskRegistry,
@@ -49,14 +51,22 @@ impl ChangelogStorage {
     /// Opens the storage described by `config`: creates `<base>/<job-id>/dstl/` (and the
     /// local-copy directory with local recovery on) and compiles the writer component.
     pub fn open(config: Config) -> Result<Self, Error> {
-        let job_dir = config.job_dir();
-        let store = LocalStore::open(&job_dir).map_err(|e| {
-            Error::Setup(format!(
-                "cannot create the changelog directory {}: {e}",
-                job_dir.display()
-            ))
-        })?;
-        Self::open_with_store(config, Arc::new(store))
+        let store: Arc<dyn Store> = match config.location() {
+            Location::Local(_) => {
+                let job_dir = config.job_dir();
+                Arc::new(LocalStore::open(&job_dir).map_err(|e| {
+                    Error::Setup(format!(
+                        "cannot create the changelog directory {}: {e}",
+                        job_dir.display()
+                    ))
+                })?)
+            }
+            Location::S3 { bucket, prefix } => Arc::new(
+                S3Store::open(&config.s3, &bucket, &prefix, &config.job_id)
+                    .map_err(Error::Setup)?,
+            ),
+        };
+        Self::open_with_store(config, store)
     }
 
     /// Opens a storage whose uploads go to `store` instead of `<base>/<job-id>/dstl/`.
@@ -83,13 +93,16 @@ impl ChangelogStorage {
         let wasm = Wasm::new(config.max_writers, config.writer_memory_limit)
             .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
         let outstanding = Outstanding::default();
-        let discarder =
-            Discarder::new(runtime.handle().clone(), outstanding.clone(), store.clone());
+        let stores = Stores {
+            remote: store.clone(),
+            local: local.clone(),
+        };
+        let discarder = Discarder::new(runtime.handle().clone(), outstanding.clone(), stores);
         let task_registry = TaskRegistry::new(discarder.clone());
         let metrics = Arc::new(Metrics::default());
         let closed = Arc::new(AtomicBool::new(false));
         let uploader = Arc::new(Uploader {
-            store,
+            store: store.clone(),
             local,
             compression: config.compression,
             metrics: metrics.clone(),
@@ -108,6 +121,8 @@ impl ChangelogStorage {
         );
         Ok(Self {
             shared: Arc::new(Shared {
+                files: FileSource::new(Some(config.s3.clone())),
+                remote: store,
                 config,
                 wasm,
                 scheduler,
@@ -173,7 +188,12 @@ impl ChangelogStorage {
 
     /// Reads a snapshot back (recovery).
     pub fn read(&self, handle: &ChangelogHandle) -> Result<Vec<Change>, ReadError> {
-        crate::reader::read_handle(handle)
+        crate::reader::read_handle(handle, &self.shared.files)
+    }
+
+    /// The store uploads go to.
+    pub fn store(&self) -> &dyn Store {
+        &*self.shared.remote
     }
 
     /// The effective configuration.

@@ -11,7 +11,7 @@ use dstl_guest::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 use crate::metrics::Metrics;
 use crate::registry::TaskRegistry;
 use crate::retry::AttemptError;
-use crate::store::{LocalStore, Store};
+use crate::store::{LocalStore, Store, Stores};
 
 /// Writes files for batches of upload tasks.
 pub(crate) struct Uploader {
@@ -137,8 +137,12 @@ impl Uploader {
 
     /// Deletes the files of an attempt that lost (its local copy too, unlike Flink §12.6).
     pub fn discard(&self, file: UploadedFile) {
+        let stores = Stores {
+            remote: self.store.clone(),
+            local: self.local.clone(),
+        };
         for path in std::iter::once(&file.remote).chain(&file.local) {
-            if let Err(e) = self.store.delete(path) {
+            if let Err(e) = stores.delete(path) {
                 tracing::warn!(%path, error = %e, "could not delete the file of a losing upload attempt");
             }
         }

@@ -112,8 +112,8 @@ fn host_reader_reads_every_golden_snapshot_exactly() {
     for set in GoldenSet::all() {
         for snapshot in &set.snapshots {
             let what = format!("{} {}", set.name, snapshot.name);
-            let changes =
-                reader::read_handle(&snapshot.handle()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let changes = reader::read_handle(&snapshot.handle(), &dstl::FileSource::new(None))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(
                 lines(set.format, &changes),
                 snapshot.expected_lines(),
@@ -169,7 +169,9 @@ fn golden_snapshots_hold_what_was_appended() {
                 }
             }
             let mut got: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-            for change in reader::read_handle(&snapshot.handle()).unwrap() {
+            for change in
+                reader::read_handle(&snapshot.handle(), &dstl::FileSource::new(None)).unwrap()
+            {
                 got.entry(change.key_group)
                     .or_default()
                     .push(dstl_tests::hex(&change.value));
@@ -186,7 +188,7 @@ fn storage_read_equals_reader() {
         for snapshot in &set.snapshots {
             assert_eq!(
                 storage.read(&snapshot.handle()).unwrap(),
-                reader::read_handle(&snapshot.handle()).unwrap()
+                reader::read_handle(&snapshot.handle(), &dstl::FileSource::new(None)).unwrap()
             );
         }
     }
@@ -238,7 +240,7 @@ fn component_decoder_matches_host_reader_on_golden_files() {
             }
             assert_eq!(
                 changes,
-                reader::read_handle(&snapshot.handle()).unwrap(),
+                reader::read_handle(&snapshot.handle(), &dstl::FileSource::new(None)).unwrap(),
                 "{what}: component vs host reader"
             );
             assert_eq!(
@@ -313,8 +315,9 @@ fn path_of(err: &ReadError) -> &str {
 
 /// Reads `handle`, which must fail with an error naming `file`.
 fn read_err(handle: &ChangelogHandle, file: &Path) -> ReadError {
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader::read_handle(handle)));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        reader::read_handle(handle, &dstl::FileSource::new(None))
+    }));
     let err = match result {
         Ok(Ok(changes)) => panic!(
             "reading a damaged {} succeeded with {} changes",
@@ -344,7 +347,9 @@ fn damaged_plain_files_give_typed_errors() {
     let snap = snapshot(&set, "w0-cp2");
     // The copy reads like the original.
     assert_eq!(
-        reader::read_handle(&snap.handle()).unwrap().len(),
+        reader::read_handle(&snap.handle(), &dstl::FileSource::new(None))
+            .unwrap()
+            .len(),
         snap.expected_count
     );
     let target = &snap.handles[1];
@@ -438,7 +443,9 @@ fn damaged_snappy_files_give_typed_errors() {
         let set = copy_set(&GoldenSet::load(name), tmp.path());
         let snap = set.snapshots.last().unwrap();
         assert_eq!(
-            reader::read_handle(&snap.handle()).unwrap().len(),
+            reader::read_handle(&snap.handle(), &dstl::FileSource::new(None))
+                .unwrap()
+                .len(),
             snap.expected_count
         );
         let target = &snap.handles[0];
@@ -520,7 +527,7 @@ fn every_byte_flip_and_truncation_is_contained() {
             let what = format!("{name} {}: {what}", target.relative);
             std::fs::write(&target.path, bytes).unwrap();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                reader::read_handle(&snap.handle())
+                reader::read_handle(&snap.handle(), &dstl::FileSource::new(None))
             }))
             .unwrap_or_else(|_| panic!("{what}: the host reader panicked"));
             if let Err(err) = result {

@@ -600,7 +600,7 @@ fn empty_file_with_and_without_compression() {
 fn task_registry_discards_when_not_used() {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &[]);
-    let file = tmp.path().join("tracked");
+    let file = storage.config().job_dir().join("tracked");
     std::fs::write(&file, b"x").unwrap();
     let path = file.to_string_lossy().into_owned();
     let registry = storage.task_registry();
@@ -614,10 +614,28 @@ fn task_registry_discards_when_not_used() {
 }
 
 #[test]
+fn registries_never_delete_outside_their_stores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let outside = tmp.path().join("precious");
+    std::fs::write(&outside, b"x").unwrap();
+    let path = outside.to_string_lossy().into_owned();
+    storage.task_registry().start_tracking(&path, 1);
+    storage.task_registry().release(&path);
+    storage.local_registry().register(&path, 1);
+    storage.local_registry().discard_up_to(2);
+    storage.wait_idle();
+    assert!(
+        outside.exists(),
+        "a path outside the stores is never deleted"
+    );
+}
+
+#[test]
 fn task_registry_keeps_files_that_stopped_being_tracked() {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &[]);
-    let file = tmp.path().join("confirmed");
+    let file = storage.config().job_dir().join("confirmed");
     std::fs::write(&file, b"x").unwrap();
     let path = file.to_string_lossy().into_owned();
     let registry = storage.task_registry();
@@ -632,9 +650,10 @@ fn task_registry_keeps_files_that_stopped_being_tracked() {
 #[test]
 fn local_registry_discards_below_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let storage = open(tmp.path(), &["dstl.local-recovery.enabled=true"]);
+    let local_dir = storage.config().local_copies_dir().canonicalize().unwrap();
     let [h1, h2, h3] = ["h1", "h2", "h3"].map(|n| {
-        let p = tmp.path().join(n);
+        let p = local_dir.join(n);
         std::fs::write(&p, b"x").unwrap();
         p
     });

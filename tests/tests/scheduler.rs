@@ -93,6 +93,14 @@ impl Store for FaultyStore {
         Store::delete(&self.inner, path)
     }
 
+    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.inner.read(path)
+    }
+
+    fn list(&self) -> std::io::Result<Vec<dstl::StoredFile>> {
+        self.inner.list()
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

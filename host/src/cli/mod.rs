@@ -33,6 +33,8 @@ enum Command {
         /// Read the local copies instead of the remote files.
         #[arg(long)]
         local: bool,
+        #[command(flatten)]
+        conf: ConfArgs,
     },
     /// Human-readable dump of one changelog file.
     Inspect {
@@ -44,17 +46,92 @@ enum Command {
     },
     /// Print the effective configuration.
     Config {
-        /// `key=value`, repeatable.
-        #[arg(long = "conf", value_name = "KEY=VALUE")]
-        conf: Vec<String>,
+        #[command(flatten)]
+        conf: ConfArgs,
     },
+    /// List (and with --delete remove) changelog files that no live manifest references
+    /// and that are older than a grace period.
+    Gc(GcArgs),
+}
+
+/// Configuration sources, applied in order: defaults, `--config FILE`, `--conf`.
+#[derive(Args, Debug, Default)]
+struct ConfArgs {
+    /// A TOML file of configuration keys.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Any configuration key, `key=value`, repeatable; overrides the file.
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    conf: Vec<String>,
+}
+
+impl ConfArgs {
+    /// The configuration with `base` as the default base path.
+    fn build(&self, base: &str) -> anyhow::Result<Config> {
+        let mut config = Config::default();
+        config.set("dstl.dfs.base-path", base)?;
+        if let Some(file) = &self.config {
+            config.apply_file(file)?;
+        }
+        config.apply_pairs(self.conf.iter().map(String::as_str))?;
+        Ok(config)
+    }
+}
+
+/// Where the files are: a directory or an object store URL.
+#[derive(Args, Debug, Default)]
+struct Target {
+    /// Directory for changelog files [default: ./dstl-data].
+    #[arg(long, conflicts_with = "store")]
+    dir: Option<PathBuf>,
+    /// An object store URL instead of a directory: s3://bucket/prefix.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+}
+
+impl Target {
+    fn apply(&self, config: &mut Config) -> anyhow::Result<()> {
+        if let Some(dir) = &self.dir {
+            config.set("dstl.dfs.base-path", &dir.to_string_lossy())?;
+        }
+        if let Some(url) = &self.store {
+            if !url.starts_with("s3://") {
+                anyhow::bail!(
+                    "--store {url}: expected s3://bucket/prefix (use --dir for a directory)"
+                );
+            }
+            config.set("dstl.dfs.base-path", url)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Args, Debug)]
+struct GcArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Directory of the manifests of every checkpoint still live.
+    #[arg(long, value_name = "DIR")]
+    manifests: PathBuf,
+    /// Only files older than this are orphans (a younger one may still be committing).
+    #[arg(long, default_value = "1h", value_parser = parse_grace)]
+    grace: std::time::Duration,
+    /// Delete the orphans (otherwise only list them).
+    #[arg(long)]
+    delete: bool,
+    #[command(flatten)]
+    conf: ConfArgs,
+}
+
+fn parse_grace(value: &str) -> Result<std::time::Duration, String> {
+    dstl::config::parse_duration(value)
+        .ok_or_else(|| format!("invalid duration `{value}`: expected e.g. `1h`, `30 min`, `0`"))
 }
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// Directory for changelog files.
-    #[arg(long, default_value = "./dstl-data")]
-    dir: PathBuf,
+    #[command(flatten)]
+    target: Target,
     /// Simulated operators (one writer each).
     #[arg(long, default_value_t = 4)]
     writers: usize,
@@ -76,9 +153,8 @@ struct RunArgs {
     /// Seed of the change bytes.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Any configuration key, `key=value`, repeatable.
-    #[arg(long = "conf", value_name = "KEY=VALUE")]
-    conf: Vec<String>,
+    #[command(flatten)]
+    conf: ConfArgs,
     /// After each checkpoint, atomically rewrite DIR/<writer>.json with its manifest.
     #[arg(long, value_name = "DIR")]
     manifests: Option<PathBuf>,
@@ -95,11 +171,12 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             manifest,
             digest,
             local,
-        } => read(&manifest, digest, local),
+            conf,
+        } => read(&manifest, digest, local, &conf),
         Command::Inspect { file, values } => inspect(&file, values),
+        Command::Gc(args) => gc(args),
         Command::Config { conf } => {
-            let mut config = Config::default();
-            config.apply_pairs(conf.iter().map(String::as_str))?;
+            let config = conf.build(DEFAULT_DIR)?;
             config.validate()?;
             for (key, value) in config.entries() {
                 println!("{key} = {value}");
@@ -109,13 +186,14 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+const DEFAULT_DIR: &str = "./dstl-data";
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut config = Config {
-        base_path: args.dir.clone(),
-        compression: args.compression,
-        ..Config::default()
-    };
-    config.apply_pairs(args.conf.iter().map(String::as_str))?;
+    let mut config = args.conf.build(DEFAULT_DIR)?;
+    args.target.apply(&mut config)?;
+    if args.compression {
+        config.compression = true;
+    }
     let workload = Workload {
         writers: args.writers,
         changes: args.changes,
@@ -173,7 +251,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read(path: &Path, digest: bool, local: bool) -> anyhow::Result<()> {
+fn read(path: &Path, digest: bool, local: bool, conf: &ConfArgs) -> anyhow::Result<()> {
+    let config = conf.build(DEFAULT_DIR)?;
     let manifest = Manifest::load(path)?;
     let handle = if local {
         manifest
@@ -182,7 +261,8 @@ fn read(path: &Path, digest: bool, local: bool) -> anyhow::Result<()> {
     } else {
         manifest.remote_handle()
     };
-    let changes = dstl::reader::read_handle(&handle)?;
+    let files = dstl::FileSource::new(Some(config.s3.clone()));
+    let changes = dstl::reader::read_handle(&handle, &files)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if digest {
@@ -283,5 +363,40 @@ fn inspect(path: &Path, values: bool) -> anyhow::Result<()> {
         index += 1;
     }
     std::io::stdout().lock().write_all(&out)?;
+    Ok(())
+}
+
+fn gc(args: GcArgs) -> anyhow::Result<()> {
+    let mut config = args.conf.build(DEFAULT_DIR)?;
+    args.target.apply(&mut config)?;
+    let referenced = dstl::gc::referenced_paths(&args.manifests)?;
+    let files = dstl::gc::stored_files(&config)?;
+    let report = dstl::gc::classify(files, &referenced, args.grace, std::time::SystemTime::now());
+    let mut out = std::io::stdout().lock();
+    for orphan in &report.orphans {
+        writeln!(
+            out,
+            "orphan\t{}\t{} bytes\t{} s old",
+            orphan.file.path,
+            orphan.file.size,
+            orphan.age.as_secs()
+        )?;
+    }
+    let bytes: u64 = report.orphans.iter().map(|o| o.file.size).sum();
+    let verdict = if args.delete {
+        let deleted = dstl::gc::delete(&config, &report)?;
+        format!("deleted {deleted}")
+    } else {
+        "nothing deleted (pass --delete to remove them)".to_string()
+    };
+    writeln!(
+        out,
+        "{} files examined: {} referenced by {} live paths, {} younger than the grace period, {} orphans ({bytes} bytes): {verdict}",
+        report.examined,
+        report.referenced,
+        referenced.len(),
+        report.young,
+        report.orphans.len()
+    )?;
     Ok(())
 }

@@ -1,36 +1,12 @@
-//! Where changelog files live. This store is a local directory; every file
-//! becomes visible only whole (written under a temporary name, fsync'd, then linked into
-//! place without overwriting) and its directory entry is fsync'd before the write counts.
+//! A local directory as a store: every file becomes visible only whole (written under a
+//! temporary name, fsync'd, then linked into place without overwriting) and its
+//! directory entry is fsync'd before the write counts.
 
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Where uploads put files. Implementations must make a file visible only whole, never
-/// overwrite one, and leave nothing behind when `create` fails.
-pub trait Store: Send + Sync + 'static {
-    /// Creates a new file `name` holding `bytes`; returns the path (or URL) that handles
-    /// will name it by.
-    fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String>;
-    /// Deletes a file this store created; a missing file counts as deleted.
-    fn delete(&self, path: &str) -> std::io::Result<()>;
-    /// Where the files go, for messages.
-    fn describe(&self) -> String;
-}
-
-impl Store for LocalStore {
-    fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
-        LocalStore::create(self, name, bytes)
-    }
-
-    fn delete(&self, path: &str) -> std::io::Result<()> {
-        delete(path)
-    }
-
-    fn describe(&self) -> String {
-        self.dir.display().to_string()
-    }
-}
+use super::{Store, StoredFile};
 
 /// A directory of changelog files.
 #[derive(Debug, Clone)]
@@ -50,6 +26,27 @@ impl LocalStore {
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Refuses to touch a path outside this store's directory (a bad handle or manifest
+    /// must never make the store delete someone else's file).
+    pub(crate) fn contains(&self, path: &str) -> bool {
+        let path = Path::new(path);
+        path.parent() == Some(self.dir.as_path())
+            && path
+                .file_name()
+                .is_some_and(|n| n != "." && n != ".." && !n.is_empty())
+    }
+
+    fn check_inside(&self, path: &str) -> std::io::Result<()> {
+        if self.contains(path) {
+            Ok(())
+        } else {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{path} is not a file of the store {}", self.dir.display()),
+            ))
+        }
     }
 
     /// Creates `name` with `bytes`, atomically and durably; fails if it exists.
@@ -76,6 +73,46 @@ impl LocalStore {
             let _ = fs::remove_file(&target);
         }
         result.map(|()| target.to_string_lossy().into_owned())
+    }
+}
+
+impl Store for LocalStore {
+    fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
+        LocalStore::create(self, name, bytes)
+    }
+
+    fn delete(&self, path: &str) -> std::io::Result<()> {
+        self.check_inside(path)?;
+        delete(path)
+    }
+
+    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        read(path)
+    }
+
+    fn list(&self) -> std::io::Result<Vec<StoredFile>> {
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            // Staging files of writes in progress are not changelog files yet.
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            if meta.is_file() {
+                files.push(StoredFile {
+                    path: entry.path().to_string_lossy().into_owned(),
+                    size: meta.len(),
+                    modified: meta.modified()?,
+                });
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
+    fn describe(&self) -> String {
+        self.dir.display().to_string()
     }
 }
 
@@ -109,7 +146,18 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec!["f"]);
-        delete(path.to_str().unwrap()).unwrap();
-        delete(path.to_str().unwrap()).unwrap();
+        Store::delete(&store, path.to_str().unwrap()).unwrap();
+        Store::delete(&store, path.to_str().unwrap()).unwrap();
+        let outside = tmp.path().join("a/escape");
+        fs::write(&outside, b"x").unwrap();
+        for bad in [
+            outside.to_str().unwrap(),
+            "/etc/passwd",
+            &format!("{}/../escape", store.dir().display()),
+        ] {
+            let e = Store::delete(&store, bad).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad}");
+        }
+        assert!(outside.exists());
     }
 }
