@@ -1,6 +1,8 @@
 //! Shared helpers of the black-box tests: loading the golden files that Apache Flink 2.3.0
 //! wrote (`shared/golden/`, see its README) into plain Rust values.
 
+pub mod seaweed;
+
 use std::path::{Path, PathBuf};
 
 use dstl::{ChangelogHandle, HandleEntry, KeyGroupRange, StreamHandle};
