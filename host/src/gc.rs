@@ -117,8 +117,9 @@ pub fn stored_files(config: &Config) -> anyhow::Result<Vec<StoredFile>> {
 
 /// A directory's files, staging files of interrupted writes included.
 fn list_dir(dir: &Path) -> anyhow::Result<Vec<StoredFile>> {
-    let mut files = LocalStore::open(dir)?.list()?;
-    for entry in std::fs::read_dir(dir)? {
+    let store = LocalStore::open(dir)?;
+    let mut files = store.list()?;
+    for entry in std::fs::read_dir(store.dir())? {
         let entry = entry?;
         if entry.file_name().to_string_lossy().starts_with('.') && entry.metadata()?.is_file() {
             let meta = entry.metadata()?;

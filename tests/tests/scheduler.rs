@@ -348,6 +348,31 @@ fn a_hung_upload_is_overtaken_and_its_late_file_deleted() {
 }
 
 #[test]
+fn a_speculative_losers_local_copy_is_deleted_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.upload.timeout=200ms",
+            "dstl.local-recovery.enabled=true",
+        ],
+    );
+    store.plan([Fault::Hang]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"twice").unwrap();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    store.open_gate();
+    storage.wait_idle();
+    let local = snapshot.local.expect("local handle");
+    let on_disk: Vec<PathBuf> = std::fs::read_dir(storage.config().local_copies_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(on_disk, vec![PathBuf::from(&local.entries[0].handle.path)]);
+    assert_eq!(store.files().len(), 1);
+}
+
+#[test]
 fn last_attempt_timing_out_fails_and_the_late_file_is_deleted() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, store) = open(

@@ -1,0 +1,192 @@
+//! The CLI with object stores, configuration files and orphan collection.
+
+// Shared with the tests crate; this binary uses only part of it.
+#[allow(dead_code)]
+#[path = "../../tests/src/seaweed.rs"]
+mod seaweed;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn dstl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dstl"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "dstl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[test]
+fn run_and_read_against_an_s3_store() {
+    let server = seaweed::Seaweed::start("clirun");
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("s3://{}/jobs", server.bucket);
+    let conf: Vec<String> = server
+        .conf()
+        .into_iter()
+        .flat_map(|c| ["--conf".to_string(), c])
+        .collect();
+    let mut args = vec![
+        "run",
+        "--store",
+        &url,
+        "--writers",
+        "2",
+        "--changes",
+        "20000",
+        "--manifests",
+        "m",
+        "--json",
+    ];
+    args.extend(conf.iter().map(String::as_str));
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout(&dstl(tmp.path(), &args)).trim()).unwrap();
+    assert_eq!(summary["verified"], true);
+    assert!(
+        summary["dir"]
+            .as_str()
+            .unwrap()
+            .starts_with("s3://clirun/jobs/")
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("m/op-0.json")).unwrap())
+            .unwrap();
+    assert!(
+        manifest["entries"][0]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("s3://clirun/jobs/")
+    );
+    let mut read = vec!["read", "m/op-0.json", "--digest"];
+    read.extend(conf.iter().map(String::as_str));
+    let digest = stdout(&dstl(tmp.path(), &read));
+    assert!(digest.starts_with("changes=10000 sha256="), "{digest}");
+}
+
+#[test]
+fn a_bad_configuration_file_is_rejected_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("dstl.toml"),
+        "[dstl.dfs]\nupload.timeout = \"soon\"\n",
+    )
+    .unwrap();
+    let out = dstl(tmp.path(), &["run", "--config", "dstl.toml", "--json"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dstl.toml"), "{stderr}");
+    assert!(
+        stderr.contains("`dstl.dfs.upload.timeout`") && stderr.contains("a duration such as"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!tmp.path().join("dstl-data").exists(), "nothing is written");
+    // A good file applies, and --conf overrides it.
+    std::fs::write(
+        tmp.path().join("dstl.toml"),
+        "\"dstl.dfs.upload.timeout\" = \"3 s\"\n[dstl.dfs]\ncompression.enabled = true\n",
+    )
+    .unwrap();
+    let text = stdout(&dstl(
+        tmp.path(),
+        &[
+            "config",
+            "--config",
+            "dstl.toml",
+            "--conf",
+            "dstl.dfs.compression.enabled=false",
+        ],
+    ));
+    assert!(text.contains("dstl.dfs.upload.timeout = 3000 ms"), "{text}");
+    assert!(
+        text.contains("dstl.dfs.compression.enabled = false"),
+        "{text}"
+    );
+    // Store URLs that would escape are refused by name.
+    let out = dstl(tmp.path(), &["run", "--store", "s3://bucket/../../etc"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"..\""),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn gc_lists_and_deletes_only_old_unreferenced_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    stdout(&dstl(
+        tmp.path(),
+        &[
+            "run",
+            "--writers",
+            "2",
+            "--changes",
+            "4000",
+            "--checkpoint-every",
+            "1000",
+            "--manifests",
+            "m",
+            "--json",
+        ],
+    ));
+    let job = std::fs::read_dir(tmp.path().join("dstl-data"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let dir = job.join("dstl");
+    // Leftovers of a crash: an uploaded file never referenced, and a staging file.
+    let orphan = dir.join("00000000-0000-0000-0000-000000000000");
+    let staging = dir.join(".11111111-1111-1111-1111-111111111111.7.tmp");
+    for f in [&orphan, &staging] {
+        std::fs::write(f, b"\x00").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let before: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let listed = stdout(&dstl(tmp.path(), &["gc", "--manifests", "m"]));
+    assert!(listed.contains(&orphan.display().to_string()), "{listed}");
+    assert!(listed.contains(&staging.display().to_string()), "{listed}");
+    assert!(listed.contains("2 orphans"), "{listed}");
+    assert!(listed.contains("nothing deleted"), "{listed}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before.len());
+    // Files younger than the grace period are left alone, referenced or not.
+    let young = stdout(&dstl(
+        tmp.path(),
+        &["gc", "--manifests", "m", "--grace", "3h"],
+    ));
+    assert!(young.contains("0 orphans"), "{young}");
+    let deleted = stdout(&dstl(tmp.path(), &["gc", "--manifests", "m", "--delete"]));
+    assert!(deleted.contains("deleted 2"), "{deleted}");
+    assert!(!orphan.exists() && !staging.exists());
+    // Everything the manifests reference still reads.
+    for writer in ["op-0", "op-1"] {
+        let digest = stdout(&dstl(
+            tmp.path(),
+            &["read", &format!("m/{writer}.json"), "--digest"],
+        ));
+        assert!(digest.starts_with("changes=1000 "), "{digest}");
+    }
+    // A broken manifest stops collection instead of deleting with half the picture.
+    std::fs::write(tmp.path().join("m/broken.json"), b"{").unwrap();
+    let out = dstl(tmp.path(), &["gc", "--manifests", "m", "--delete"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"));
+}

@@ -1,0 +1,237 @@
+//! Local recovery (spec §5.4, §8.2; scenarios §11.1 items 7–9) through the wasmtime host:
+//! every upload leaves a local copy, snapshots carry a local handle, and the local
+//! registry deletes copies as checkpoints are confirmed or aborted — without Flink's holes
+//! (§12.4, §12.6, §12.10).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use dstl::{ChangelogStorage, Config, KeyGroupRange, SnapshotResult, Writer};
+
+const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+
+fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
+    let mut config = Config {
+        base_path: dir.to_path_buf(),
+        ..Config::default()
+    };
+    config
+        .apply_pairs([
+            "dstl.writer.max-writers=8",
+            "dstl.local-recovery.enabled=true",
+        ])
+        .unwrap();
+    config.apply_pairs(conf.iter().copied()).unwrap();
+    ChangelogStorage::open(config).unwrap()
+}
+
+fn local_files(snapshot: &SnapshotResult) -> Vec<PathBuf> {
+    let local = snapshot
+        .local
+        .as_ref()
+        .expect("snapshot has a local handle");
+    local
+        .entries
+        .iter()
+        .map(|e| PathBuf::from(&e.handle.path))
+        .collect()
+}
+
+fn remote_files(snapshot: &SnapshotResult) -> Vec<PathBuf> {
+    snapshot
+        .remote
+        .entries
+        .iter()
+        .map(|e| PathBuf::from(&e.handle.path))
+        .collect()
+}
+
+fn persist(w: &Writer, from: u64, cp: i64) -> (SnapshotResult, u64) {
+    let to = w.next_sequence_number().unwrap();
+    (w.persist(from, cp).unwrap().wait().unwrap(), to)
+}
+
+fn dir_files(dir: &Path) -> HashSet<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn local_copies_mirror_the_remote_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(
+        tmp.path(),
+        &["dstl.job-id=000000000000002a466c696e6b416e63"],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(4, b"local").unwrap();
+    let (snapshot, _) = persist(&w, 0, 1);
+    let local = local_files(&snapshot);
+    let remote = remote_files(&snapshot);
+    assert_eq!(
+        local[0].file_name(),
+        remote[0].file_name(),
+        "same file name"
+    );
+    assert!(
+        local[0].starts_with(
+            tmp.path()
+                .join("local/jid_000000000000002a466c696e6b416e63/taskowned")
+        )
+    );
+    assert_eq!(
+        std::fs::read(&local[0]).unwrap(),
+        std::fs::read(&remote[0]).unwrap()
+    );
+    let local_handle = snapshot.local.clone().unwrap();
+    assert_eq!(local_handle.incremental_size, 0);
+    assert_eq!(local_handle.state_size, snapshot.remote.state_size);
+    let changes = storage.read(&local_handle).unwrap();
+    assert_eq!(changes[0].value, b"local");
+}
+
+/// §11.1 testLocalFileDiscard.
+#[test]
+fn confirming_a_later_checkpoint_discards_older_local_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=100b"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, &[1; 10]).unwrap();
+    let (_, to1) = persist(&w, 0, 1);
+    w.confirm(0, to1, 1).unwrap();
+    w.append(0, &[2; 100]).unwrap(); // pre-emptive upload
+    w.append(0, &[3; 10]).unwrap();
+    let (cp2, to2) = persist(&w, 0, 2);
+    w.confirm(0, to2, 2).unwrap();
+    storage.wait_idle();
+    let cp2_local = local_files(&cp2);
+    assert!(cp2_local.iter().all(|f| f.exists()));
+    let materialized = w.next_sequence_number().unwrap();
+    w.append(0, &[4; 10]).unwrap();
+    let (cp3, to3) = persist(&w, materialized, 3);
+    w.confirm(materialized, to3, 3).unwrap();
+    storage.wait_idle();
+    for file in &cp2_local {
+        assert!(
+            !file.exists(),
+            "{} of cp2 should be discarded",
+            file.display()
+        );
+    }
+    assert!(local_files(&cp3).iter().all(|f| f.exists()));
+    // Later snapshots of the older change sets no longer claim local copies.
+    let (again, _) = persist(&w, 0, 4);
+    assert!(again.local.is_none());
+}
+
+/// §11.1 testLocalFileAfterMaterialize: local files are registered at persist time.
+#[test]
+fn local_copies_of_a_persisted_checkpoint_survive_materialization() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"a").unwrap();
+    let (_, to1) = persist(&w, 0, 1);
+    w.confirm(0, to1, 1).unwrap();
+    w.append(0, b"b").unwrap();
+    let (_, to2) = persist(&w, 0, 2);
+    w.confirm(0, to2, 2).unwrap();
+    w.append(0, b"c").unwrap();
+    let (cp3, to3) = persist(&w, 0, 3);
+    w.truncate(to2).unwrap(); // materialization of everything cp2 held
+    w.confirm(0, to3, 3).unwrap();
+    storage.wait_idle();
+    for file in remote_files(&cp3).iter().chain(&local_files(&cp3)) {
+        assert!(file.exists(), "{} of cp3 was deleted", file.display());
+    }
+}
+
+/// §11.1 testLocalFileAbort, with the fix of §12.10: after an abort no later snapshot
+/// points at a deleted local copy.
+#[test]
+fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=200b"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"1").unwrap();
+    let (_, to1) = persist(&w, 0, 1);
+    w.confirm(0, to1, 1).unwrap();
+    w.append(0, &[2; 200]).unwrap(); // pre-emptive upload
+    w.append(0, b"3").unwrap();
+    let (cp2, to2) = persist(&w, 0, 2);
+    w.reset(0, to2, 2).unwrap();
+    storage.wait_idle();
+    for file in local_files(&cp2) {
+        assert!(!file.exists(), "{} of aborted cp2 survived", file.display());
+    }
+    w.append(0, b"4").unwrap();
+    let (cp3, to3) = persist(&w, 0, 3);
+    w.confirm(0, to3, 3).unwrap();
+    storage.wait_idle();
+    // cp3 reuses change sets whose local copies are gone: it is remote-only rather than
+    // pointing at deleted files.
+    assert!(cp3.local.is_none());
+    assert_eq!(storage.read(&cp3.remote).unwrap().len(), 4);
+    let (cp4, to4) = persist(&w, to2, 4);
+    w.confirm(to2, to4, 4).unwrap();
+    storage.wait_idle();
+    assert!(local_files(&cp4).iter().all(|f| f.exists()));
+}
+
+/// §12.10: a checkpoint that only waits on an upload started for an earlier checkpoint
+/// registers the files under its own id, so confirming it keeps them.
+#[test]
+fn a_checkpoint_waiting_on_an_earlier_upload_owns_its_local_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.batch.persist-delay=100ms"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"shared").unwrap();
+    let to = w.next_sequence_number().unwrap();
+    let first = w.persist(0, 1).unwrap();
+    let second = w.persist(0, 2).unwrap(); // waits on the same in-flight upload
+    let (first, second) = (first.wait().unwrap(), second.wait().unwrap());
+    assert_eq!(local_files(&first), local_files(&second));
+    w.confirm(0, to, 2).unwrap();
+    storage.wait_idle();
+    assert!(local_files(&second).iter().all(|f| f.exists()));
+    assert_eq!(
+        storage
+            .local_registry()
+            .last_used(&local_files(&second)[0].to_string_lossy()),
+        Some(2)
+    );
+}
+
+/// §12.4: a local-disk failure degrades to a remote-only result instead of failing.
+#[test]
+fn a_failing_local_disk_degrades_to_remote_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let local_dir = storage.config().local_copies_dir();
+    std::fs::remove_dir_all(&local_dir).unwrap();
+    std::fs::write(&local_dir, b"not a directory").unwrap();
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"remote only").unwrap();
+    let (snapshot, _) = persist(&w, 0, 1);
+    assert!(snapshot.local.is_none());
+    assert_eq!(
+        storage.read(&snapshot.remote).unwrap()[0].value,
+        b"remote only"
+    );
+    assert_eq!(storage.metrics().upload_failures, 0);
+}
+
+#[test]
+fn truncation_releases_local_copies_with_the_remote_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let local_dir = storage.config().local_copies_dir();
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"gone").unwrap();
+    let (snapshot, to) = persist(&w, 0, 1); // never confirmed
+    w.truncate(to).unwrap();
+    storage.wait_idle();
+    assert!(remote_files(&snapshot).iter().all(|f| !f.exists()));
+    assert!(dir_files(&local_dir).is_empty());
+}
