@@ -231,6 +231,23 @@ impl<W: Write> FileWriter<W> {
     }
 }
 
+/// An uncompressed file holding `blocks`, as parts to write one after the other (the
+/// flag byte, then every block as it is, so nothing is copied), with each block's
+/// logical offset and the logical length.
+pub fn plain_file<'a>(
+    blocks: impl IntoIterator<Item = &'a [u8]>,
+) -> (Vec<&'a [u8]>, Vec<u64>, u64) {
+    let mut parts: Vec<&'a [u8]> = vec![&[FLAG_PLAIN]];
+    let mut offsets = Vec::new();
+    let mut position = 0u64;
+    for block in blocks {
+        offsets.push(position);
+        position += block.len() as u64;
+        parts.push(block);
+    }
+    (parts, offsets, position)
+}
+
 /// Turns the bytes of a whole changelog file into its logical stream.
 ///
 /// A plain file's logical bytes are borrowed; a compressed one is decompressed once.
@@ -426,6 +443,14 @@ mod tests {
         let (file, offsets) = encode_file(&example_blocks(), false).unwrap();
         assert_eq!(file, EXAMPLE_PLAIN);
         assert_eq!(offsets, vec![0, 49]);
+    }
+
+    #[test]
+    fn plain_parts_match_the_written_file() {
+        let blocks = example_blocks();
+        let (parts, offsets, logical) = plain_file(blocks.iter().map(Vec::as_slice));
+        assert_eq!(parts.concat(), EXAMPLE_PLAIN);
+        assert_eq!((offsets, logical), (vec![0, 49], 67));
     }
 
     #[test]

@@ -7,6 +7,14 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Change sets and files are buffers of megabytes that live briefly on many threads.
+    // With glibc's adaptive threshold they end up in per-thread arenas that are never
+    // returned to the system; a fixed threshold keeps them in their own mappings, which
+    // are returned on free. Peak RSS of the `large` workload drops by a factor of ~2.
+    // SAFETY: mallopt only tunes the allocator; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

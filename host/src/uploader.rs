@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use dstl_guest::codec::FileWriter;
+use dstl_guest::codec::{self, FileWriter};
 use dstl_guest::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 
 use crate::metrics::Metrics;
@@ -60,28 +60,36 @@ impl Uploader {
     }
 
     fn write_file(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
-        let payload: usize = tasks
+        let io = |e: std::io::Error| AttemptError::Io(e.to_string());
+        let blocks = tasks
             .iter()
             .flat_map(|t| &t.change_sets)
-            .map(|c| c.block.len())
-            .sum();
-        let io = |e: std::io::Error| AttemptError::Io(e.to_string());
-        let mut file =
-            FileWriter::new(Vec::with_capacity(payload + 1), self.compression).map_err(io)?;
-        let mut offsets = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            let task_offsets = task
-                .change_sets
-                .iter()
-                .map(|c| file.write_block(&c.block))
+            .map(|c| c.block.as_slice());
+        // Plain files are written straight from the blocks; compressed ones are encoded
+        // into one buffer first.
+        let compressed;
+        let (parts, flat_offsets, logical) = if self.compression {
+            let payload: usize = blocks.clone().map(<[u8]>::len).sum();
+            let mut file =
+                FileWriter::new(Vec::with_capacity(payload / 2 + 64), true).map_err(io)?;
+            let offsets = blocks
+                .map(|b| file.write_block(b))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(io)?;
-            offsets.push(task_offsets);
-        }
-        let logical = file.position();
-        let bytes = file.finish().map_err(io)?;
+            let logical = file.position();
+            compressed = file.finish().map_err(io)?;
+            (vec![compressed.as_slice()], offsets, logical)
+        } else {
+            codec::plain_file(blocks)
+        };
+        let mut flat_offsets = flat_offsets.into_iter();
+        let offsets: Vec<Vec<u64>> = tasks
+            .iter()
+            .map(|t| flat_offsets.by_ref().take(t.change_sets.len()).collect())
+            .collect();
+        let written: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let name = uuid::Uuid::new_v4().to_string();
-        let path = self.store.create(&name, &bytes).map_err(|e| {
+        let path = self.store.create_parts(&name, &parts).map_err(|e| {
             AttemptError::Io(format!(
                 "could not write changelog file {name} to {}: {e}",
                 self.store.describe()
@@ -96,7 +104,7 @@ impl Uploader {
         let local = self
             .local
             .as_ref()
-            .and_then(|local| match local.create(&name, &bytes) {
+            .and_then(|local| match local.create_parts(&name, &parts) {
                 Ok(path) => Some(StreamHandle {
                     path,
                     file_size: logical,
@@ -131,7 +139,7 @@ impl Uploader {
             remote: remote.path,
             local: local.map(|l| l.path),
             change_sets: tasks.iter().map(|t| t.change_sets.len() as u64).sum(),
-            written: bytes.len() as u64,
+            written,
         })
     }
 

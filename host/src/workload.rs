@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::manifest::Manifest;
-use crate::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult, Writer};
+use crate::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -93,13 +92,12 @@ pub struct Summary {
     pub metrics: MetricsSnapshot,
 }
 
-/// Changes appended since the last checkpoint, as `(key group, value)`.
-type Interval = Vec<(i32, Vec<u8>)>;
-
+/// What one writer did.
 struct WriterOutcome {
     latencies: Vec<Duration>,
     checkpoints: u64,
-    last: Option<(SnapshotResult, Interval)>,
+    /// The last confirmed checkpoint and the change indexes `[from, to)` it holds.
+    last: Option<(SnapshotResult, u64, u64)>,
 }
 
 /// Runs `workload` against `storage`, calling `progress` with the number of changes
@@ -114,16 +112,18 @@ pub fn run(
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the manifest directory {}", dir.display()))?;
     }
-    let appended = Arc::new(AtomicU64::new(0));
+    let appended = AtomicU64::new(0);
+    let share = |index: usize| {
+        workload.changes / workload.writers as u64
+            + u64::from((index as u64) < workload.changes % workload.writers as u64)
+    };
     let started = Instant::now();
     let outcomes: Vec<anyhow::Result<WriterOutcome>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workload.writers)
             .map(|index| {
-                let appended = appended.clone();
+                let appended = &appended;
                 scope.spawn(move || {
-                    let share = workload.changes / workload.writers as u64
-                        + u64::from((index as u64) < workload.changes % workload.writers as u64);
-                    run_writer(storage, workload, index, share, &|n| {
+                    run_writer(storage, workload, index, share(index), &|n| {
                         progress(appended.fetch_add(n, Ordering::Relaxed) + n)
                     })
                     .with_context(|| format!("writer op-{index}"))
@@ -143,14 +143,13 @@ pub fn run(
     let mut latencies = Vec::new();
     let mut checkpoints = 0;
     let mut verified = true;
-    for outcome in outcomes {
+    for (index, outcome) in outcomes.into_iter().enumerate() {
         let outcome = outcome?;
         latencies.extend(outcome.latencies);
         checkpoints += outcome.checkpoints;
-        if let Some((snapshot, expected)) = outcome.last {
-            verify(storage, &snapshot, &expected)?;
-        } else {
-            verified = workload.changes == 0;
+        match outcome.last {
+            Some((snapshot, from, to)) => verify(storage, workload, index, &snapshot, from, to)?,
+            None => verified &= share(index) == 0,
         }
     }
     latencies.sort();
@@ -185,6 +184,60 @@ pub fn run(
 /// Appends per batch call: large enough to amortize the call into the sandbox.
 const BATCH: u64 = 512;
 
+/// Checkpoints whose persist may still be running while the operator appends on.
+const OUTSTANDING_CHECKPOINTS: usize = 2;
+
+/// The seeded stream of one writer's changes; regenerated to verify.
+struct Changes {
+    rng: ChaCha8Rng,
+    key_groups: i32,
+    size: usize,
+}
+
+impl Changes {
+    fn new(workload: &Workload, index: usize) -> Self {
+        Self {
+            rng: ChaCha8Rng::seed_from_u64(
+                workload.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+            key_groups: workload.key_groups,
+            size: workload.change_size,
+        }
+    }
+
+    /// Appends the next change to packed columns.
+    fn next_into(&mut self, key_groups: &mut Vec<i32>, lengths: &mut Vec<u32>, data: &mut Vec<u8>) {
+        let key_group = self.rng.random_range(0..self.key_groups);
+        let start = data.len();
+        data.resize(start + self.size, 0);
+        self.rng.fill_bytes(&mut data[start..]);
+        key_groups.push(key_group);
+        lengths.push(self.size as u32);
+    }
+}
+
+/// A persist in flight, confirmed (as a checkpoint coordinator would) when it completes.
+struct Pending {
+    future: crate::PersistFuture,
+    started: Instant,
+    checkpoint: i64,
+    from: u64,
+    to: u64,
+    /// Where to truncate once confirmed: the next checkpoint's `from`.
+    truncate_to: u64,
+    /// Change indexes `[first, last)` the snapshot holds.
+    changes: (u64, u64),
+}
+
+/// One operator: appends and triggers checkpoints on its own thread, like a task thread;
+/// a second thread confirms checkpoints as their persists complete, like the checkpoint
+/// coordinator, so appending never waits for an upload unless
+/// [`OUTSTANDING_CHECKPOINTS`] are in flight.
+///
+/// Checkpoint `k` persists from the end of checkpoint `k - 2` (a materialization that
+/// lags one checkpoint), and confirming it truncates up to the end of `k - 1`, which
+/// checkpoint `k` holds and which is where checkpoint `k + 1` starts. So ranges do not
+/// depend on timing, and nothing is truncated that a pending persist still needs.
 fn run_writer(
     storage: &ChangelogStorage,
     workload: &Workload,
@@ -200,105 +253,124 @@ fn run_writer(
             end: workload.key_groups - 1,
         },
     )?;
-    let mut rng = ChaCha8Rng::seed_from_u64(
-        workload.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-    );
-    let mut outcome = WriterOutcome {
-        latencies: Vec::new(),
-        checkpoints: 0,
-        last: None,
-    };
-    let mut interval: Vec<(i32, Vec<u8>)> = Vec::new();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Pending>(OUTSTANDING_CHECKPOINTS - 1);
+    std::thread::scope(|scope| {
+        let coordinator = scope.spawn(|| -> anyhow::Result<WriterOutcome> {
+            let mut outcome = WriterOutcome {
+                latencies: Vec::new(),
+                checkpoints: 0,
+                last: None,
+            };
+            for pending in rx {
+                let snapshot = pending.future.wait()?;
+                outcome.latencies.push(pending.started.elapsed());
+                writer.confirm(pending.from, pending.to, pending.checkpoint)?;
+                writer.truncate(pending.truncate_to)?;
+                if let Some(dir) = &workload.manifests {
+                    let mut manifest = Manifest::from_snapshot(&snapshot);
+                    manifest.writer = Some(writer.name().to_string());
+                    manifest.checkpoint_id = Some(pending.checkpoint);
+                    manifest.sequence_from = Some(pending.from);
+                    manifest.sequence_to = Some(pending.to);
+                    let path = dir.join(format!("{}.json", writer.name()));
+                    manifest
+                        .store(&path)
+                        .with_context(|| format!("cannot write manifest {}", path.display()))?;
+                }
+                outcome.checkpoints += 1;
+                outcome.last = Some((snapshot, pending.changes.0, pending.changes.1));
+            }
+            Ok(outcome)
+        });
+        let appended = (|| -> anyhow::Result<()> {
+            let mut source = Changes::new(workload, index);
+            let (mut key_groups, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
+            let mut done = 0u64;
+            let mut since_checkpoint = 0u64;
+            let mut checkpoint = 0i64;
+            // (sequence number, change index) at the ends of the last two checkpoints.
+            let mut ends = [(0u64, 0u64); 2];
+            while done < changes {
+                let n = BATCH
+                    .min(changes - done)
+                    .min(workload.checkpoint_every - since_checkpoint);
+                key_groups.clear();
+                lengths.clear();
+                data.clear();
+                for _ in 0..n {
+                    source.next_into(&mut key_groups, &mut lengths, &mut data);
+                }
+                writer.append_batch(&key_groups, &lengths, &data)?;
+                done += n;
+                since_checkpoint += n;
+                progress(n);
+                if since_checkpoint == workload.checkpoint_every || done == changes {
+                    checkpoint += 1;
+                    let to = writer.next_sequence_number()?;
+                    let (from, first) = ends[0];
+                    let pending = Pending {
+                        started: Instant::now(),
+                        future: writer.persist(from, checkpoint)?,
+                        checkpoint,
+                        from,
+                        to,
+                        truncate_to: ends[1].0,
+                        changes: (first, done),
+                    };
+                    ends = [ends[1], (to, done)];
+                    if tx.send(pending).is_err() {
+                        break; // the coordinator failed; its error is reported
+                    }
+                    since_checkpoint = 0;
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let outcome = coordinator
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("coordinator thread panicked")));
+        appended?;
+        let outcome = outcome?;
+        writer.close()?;
+        Ok(outcome)
+    })
+}
+
+/// Regenerates the writer's changes `[from, to)` from the seed and compares them with
+/// what the snapshot reads back. Reading keeps the append order within each key group
+/// (the format does not keep it across key groups), so that is compared, exactly.
+fn verify(
+    storage: &ChangelogStorage,
+    workload: &Workload,
+    index: usize,
+    snapshot: &SnapshotResult,
+    from: u64,
+    to: u64,
+) -> anyhow::Result<()> {
+    let mut source = Changes::new(workload, index);
     let (mut key_groups, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
-    let mut from = writer.initial_sequence_number()?;
-    let mut done = 0u64;
-    let mut since_checkpoint = 0u64;
-    while done < changes {
-        let n = BATCH
-            .min(changes - done)
-            .min(workload.checkpoint_every - since_checkpoint);
+    let mut want: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    for i in 0..to {
         key_groups.clear();
         lengths.clear();
         data.clear();
-        for _ in 0..n {
-            let key_group = rng.random_range(0..workload.key_groups);
-            let start = data.len();
-            data.resize(start + workload.change_size, 0);
-            rng.fill_bytes(&mut data[start..]);
-            key_groups.push(key_group);
-            lengths.push(workload.change_size as u32);
-            interval.push((key_group, data[start..].to_vec()));
-        }
-        writer.append_batch(&key_groups, &lengths, &data)?;
-        done += n;
-        since_checkpoint += n;
-        progress(n);
-        if since_checkpoint == workload.checkpoint_every || done == changes {
-            from = checkpoint(
-                &writer,
-                workload,
-                &mut outcome,
-                from,
-                std::mem::take(&mut interval),
-            )?;
-            since_checkpoint = 0;
+        source.next_into(&mut key_groups, &mut lengths, &mut data);
+        if i >= from {
+            want.entry(key_groups[0]).or_default().push(data.clone());
         }
     }
-    writer.close()?;
-    Ok(outcome)
-}
-
-fn checkpoint(
-    writer: &Writer,
-    workload: &Workload,
-    outcome: &mut WriterOutcome,
-    from: u64,
-    interval: Vec<(i32, Vec<u8>)>,
-) -> anyhow::Result<u64> {
-    let checkpoint = outcome.checkpoints as i64 + 1;
-    let to = writer.next_sequence_number()?;
-    let started = Instant::now();
-    let snapshot = writer.persist(from, checkpoint)?.wait()?;
-    outcome.latencies.push(started.elapsed());
-    writer.confirm(from, to, checkpoint)?;
-    writer.truncate(to)?;
-    if let Some(dir) = &workload.manifests {
-        let mut manifest = Manifest::from_snapshot(&snapshot);
-        manifest.writer = Some(writer.name().to_string());
-        manifest.checkpoint_id = Some(checkpoint);
-        manifest.sequence_from = Some(from);
-        manifest.sequence_to = Some(to);
-        let path = dir.join(format!("{}.json", writer.name()));
-        manifest
-            .store(&path)
-            .with_context(|| format!("cannot write manifest {}", path.display()))?;
-    }
-    outcome.checkpoints += 1;
-    outcome.last = Some((snapshot, interval));
-    Ok(to)
-}
-
-/// Reading a change set keeps the append order within each key group (the format does
-/// not keep it across key groups), so that is what is compared, exactly.
-fn verify(
-    storage: &ChangelogStorage,
-    snapshot: &SnapshotResult,
-    expected: &[(i32, Vec<u8>)],
-) -> anyhow::Result<()> {
     let changes = storage.read(&snapshot.remote)?;
-    let mut want: BTreeMap<i32, Vec<&[u8]>> = BTreeMap::new();
-    for (key_group, value) in expected {
-        want.entry(*key_group).or_default().push(value);
-    }
-    let mut got: BTreeMap<i32, Vec<&[u8]>> = BTreeMap::new();
-    for change in &changes {
-        got.entry(change.key_group).or_default().push(&change.value);
+    let mut got: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    for change in changes.iter() {
+        got.entry(change.key_group)
+            .or_default()
+            .push(change.value.clone());
     }
     if want != got {
         bail!(
-            "verification failed: the last checkpoint read back {} changes but {} were appended, or their bytes differ",
+            "verification failed: the last checkpoint of op-{index} read back {} changes but changes {from}..{to} were appended, or their bytes differ",
             changes.len(),
-            expected.len()
         );
     }
     Ok(())
@@ -313,4 +385,104 @@ pub fn peak_rss_mb() -> f64 {
         usage.assume_init()
     };
     usage.ru_maxrss as f64 / 1024.0
+}
+
+/// Resident set size of this process now, in MB (Linux; 0 elsewhere).
+pub fn current_rss_mb() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
+    pages * page / 1e6
+}
+
+impl Workload {
+    /// One of the standard benchmark workloads of DESIGN.md (`small`, `fanout`, `large`,
+    /// `small-z`); the compression flag is returned with it.
+    pub fn standard(name: &str, seed: u64) -> anyhow::Result<(Self, bool)> {
+        let (writers, changes, change_size, compression) = match name {
+            "small" => (1, 2_000_000, 100, false),
+            "fanout" => (8, 2_000_000, 100, false),
+            "large" => (1, 200_000, 4096, false),
+            "small-z" => (1, 2_000_000, 100, true),
+            _ => bail!("unknown workload `{name}`: expected small, fanout, large or small-z"),
+        };
+        Ok((
+            Self {
+                writers,
+                changes,
+                change_size,
+                key_groups: 128,
+                checkpoint_every: 10_000,
+                seed,
+                manifests: None,
+            },
+            compression,
+        ))
+    }
+}
+
+/// Sequential write speed of the disk under `dir`: `bytes` written with plain 1 MiB
+/// writes and one fsync, in MB/s. The baseline the benchmarks compare against.
+pub fn disk_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Result<f64> {
+    use std::io::Write;
+    let path = dir.join(format!("baseline-{}", uuid::Uuid::new_v4()));
+    let chunk = vec![0x5au8; 1 << 20];
+    let started = Instant::now();
+    {
+        let mut file = std::fs::File::create(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            file.write_all(&chunk[..n])?;
+            left -= n as u64;
+        }
+        file.sync_all()?;
+    }
+    let elapsed = started.elapsed();
+    std::fs::remove_file(&path)?;
+    Ok(bytes as f64 / 1e6 / elapsed.as_secs_f64())
+}
+
+/// What the density benchmark measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Density {
+    /// Writers created.
+    pub writers: usize,
+    /// Mean time to create one writer (instantiate its sandbox), in µs.
+    pub us_per_writer: f64,
+    /// Resident memory before creating them.
+    pub rss_before_mb: f64,
+    /// Resident memory with all of them alive and idle.
+    pub rss_after_mb: f64,
+    /// Resident memory per idle writer.
+    pub kib_per_writer: f64,
+}
+
+/// Creates `writers` writers in one process and measures time and memory per writer.
+pub fn density(storage: &ChangelogStorage, writers: usize) -> anyhow::Result<Density> {
+    let range = KeyGroupRange { start: 0, end: 127 };
+    // Warm up: the first instance pays one-time costs.
+    drop(storage.create_writer("warm-up", range)?);
+    let rss_before_mb = current_rss_mb();
+    let started = Instant::now();
+    let mut alive = Vec::with_capacity(writers);
+    for i in 0..writers {
+        alive.push(storage.create_writer(&format!("op-{i}"), range)?);
+    }
+    let elapsed = started.elapsed();
+    let rss_after_mb = current_rss_mb();
+    drop(alive);
+    Ok(Density {
+        writers,
+        us_per_writer: elapsed.as_secs_f64() * 1e6 / writers.max(1) as f64,
+        rss_before_mb,
+        rss_after_mb,
+        kib_per_writer: (rss_after_mb - rss_before_mb) * 1e6 / 1024.0 / writers.max(1) as f64,
+    })
 }

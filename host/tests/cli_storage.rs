@@ -182,7 +182,7 @@ fn gc_lists_and_deletes_only_old_unreferenced_files() {
             tmp.path(),
             &["read", &format!("m/{writer}.json"), "--digest"],
         ));
-        assert!(digest.starts_with("changes=1000 "), "{digest}");
+        assert!(digest.starts_with("changes=2000 "), "{digest}");
     }
     // A broken manifest stops collection instead of deleting with half the picture.
     std::fs::write(tmp.path().join("m/broken.json"), b"{").unwrap();

@@ -52,12 +52,19 @@ impl LocalStore {
     /// Creates `name` with `bytes`, atomically and durably; fails if it exists.
     /// A failed write leaves nothing behind.
     pub fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
+        self.create_parts(name, &[bytes])
+    }
+
+    /// Creates `name` from `parts` written one after the other, atomically and durably.
+    pub fn create_parts(&self, name: &str, parts: &[&[u8]]) -> std::io::Result<String> {
         let target = self.dir.join(name);
         let staging = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let mut linked = false;
         let result = (|| {
             let mut file = File::create_new(&staging)?;
-            file.write_all(bytes)?;
+            for part in parts {
+                file.write_all(part)?;
+            }
             file.sync_all()?;
             drop(file);
             // A hard link creates the name only if it is free, so a file is never
@@ -79,6 +86,10 @@ impl LocalStore {
 impl Store for LocalStore {
     fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
         LocalStore::create(self, name, bytes)
+    }
+
+    fn create_parts(&self, name: &str, parts: &[&[u8]]) -> std::io::Result<String> {
+        LocalStore::create_parts(self, name, parts)
     }
 
     fn delete(&self, path: &str) -> std::io::Result<()> {

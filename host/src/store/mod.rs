@@ -29,6 +29,11 @@ pub trait Store: Send + Sync + 'static {
     /// Creates a new file `name` holding `bytes`; returns the path (or URL) that handles
     /// will name it by.
     fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String>;
+    /// Like [`Store::create`] with the bytes given in parts; stores that can write parts
+    /// without joining them first override this.
+    fn create_parts(&self, name: &str, parts: &[&[u8]]) -> std::io::Result<String> {
+        self.create(name, &parts.concat())
+    }
     /// Deletes a file of this store; a missing file counts as deleted.
     fn delete(&self, path: &str) -> std::io::Result<()>;
     /// Reads a whole file of this store.
