@@ -171,8 +171,11 @@ impl GuestWriter for WriterResource {
         key_groups: Vec<i32>,
         lengths: Vec<u32>,
         data: Vec<u8>,
-    ) -> Result<(), w::WriterError> {
-        self.with(|wr, fx| wr.append_batch(fx, &key_groups, &lengths, &data))
+    ) -> Result<u64, w::WriterError> {
+        self.with(|wr, fx| {
+            wr.append_batch(fx, &key_groups, &lengths, &data)?;
+            Ok(wr.open_bytes())
+        })
     }
 
     fn append_meta(&self, value: Vec<u8>) -> Result<(), w::WriterError> {

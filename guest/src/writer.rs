@@ -25,6 +25,52 @@ pub trait Effects {
     fn log(&mut self, level: Level, message: &str);
 }
 
+impl WriterConfig {
+    /// The error of an operation on a closed writer. Flink ignores appends after close
+    /// with a warning (FLINK-30729) and returns persists that never complete (§12.7); a
+    /// typed error tells the caller.
+    pub fn closed_error(&self, operation: &str) -> WriterError {
+        WriterError::Closed(format!(
+            "{operation} on writer {} after it was closed",
+            self.name
+        ))
+    }
+
+    /// Checks a data change (key group -1 is refused: metadata goes through append-meta).
+    /// Shared with the host, which validates appends it buffers before they reach here.
+    pub fn check_change(&self, key_group: i32, len: usize) -> Result<(), WriterError> {
+        if key_group < 0 {
+            return Err(WriterError::InvalidArgument(format!(
+                "key group {key_group} is negative; metadata changes go through append-meta"
+            )));
+        }
+        self.check_in_range(key_group)?;
+        Self::check_length(len)
+    }
+
+    fn check_in_range(&self, key_group: i32) -> Result<(), WriterError> {
+        let range = self.key_group_range;
+        if key_group != META_KEY_GROUP && !range.contains(key_group) {
+            return Err(WriterError::InvalidArgument(format!(
+                "key group {key_group} is outside the key-group range [{}, {}] of writer {}",
+                range.start, range.end, self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a value's length against the format's `i32` lengths.
+    pub fn check_length(len: usize) -> Result<(), WriterError> {
+        if len > i32::MAX as usize {
+            return Err(WriterError::InvalidArgument(format!(
+                "value of {len} bytes exceeds the format's limit of {} bytes",
+                i32::MAX
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A persist waiting for uploads (Flink's `UploadCompletionListener`).
 struct Listener {
     /// `None` for pre-emptive persists, which nobody awaits.
@@ -116,44 +162,21 @@ impl Writer {
 
     fn ensure_open(&self, operation: &str) -> Result<(), WriterError> {
         if self.closed {
-            // Flink ignores appends after close with a warning (FLINK-30729) and returns
-            // persists that never complete (§12.7); a typed error tells the caller.
-            return Err(WriterError::Closed(format!(
-                "{operation} on writer {} after it was closed",
-                self.config.name
-            )));
+            return Err(self.config.closed_error(operation));
         }
         Ok(())
     }
 
     fn check_data_key_group(&self, key_group: i32) -> Result<(), WriterError> {
-        if key_group < 0 {
-            return Err(WriterError::InvalidArgument(format!(
-                "key group {key_group} is negative; metadata changes go through append-meta"
-            )));
-        }
-        self.check_in_range(key_group)
+        self.config.check_change(key_group, 0)
     }
 
     fn check_in_range(&self, key_group: i32) -> Result<(), WriterError> {
-        let range = self.config.key_group_range;
-        if key_group != META_KEY_GROUP && !range.contains(key_group) {
-            return Err(WriterError::InvalidArgument(format!(
-                "key group {key_group} is outside the key-group range [{}, {}] of writer {}",
-                range.start, range.end, self.config.name
-            )));
-        }
-        Ok(())
+        self.config.check_in_range(key_group)
     }
 
     fn check_length(len: usize) -> Result<(), WriterError> {
-        if len > i32::MAX as usize {
-            return Err(WriterError::InvalidArgument(format!(
-                "value of {len} bytes exceeds the format's limit of {} bytes",
-                i32::MAX
-            )));
-        }
-        Ok(())
+        WriterConfig::check_length(len)
     }
 
     /// Appends a data change.
@@ -713,6 +736,11 @@ impl Writer {
     /// True once closed.
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+
+    /// Payload bytes of the open change set.
+    pub fn open_bytes(&self) -> u64 {
+        self.active.payload_size()
     }
 
     /// The sequence number the open change set will get.
