@@ -2,6 +2,9 @@
 //! pre-instantiated component shared by every writer, and conversions between the
 //! generated WIT types and the plain types of [`dstl_guest::types`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use dstl_guest::types as t;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config as WasmConfig, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -11,7 +14,7 @@ wasmtime::component::bindgen!({
     path: "../wit",
 });
 
-pub(crate) use dstl::changelog::types as w;
+pub(crate) use self::dstl::changelog::types as w;
 
 /// The component as built by `build.rs`.
 const GUEST_WASM: &[u8] = include_bytes!(env!("DSTL_GUEST_WASM_PATH"));
@@ -20,12 +23,28 @@ const GUEST_WASM: &[u8] = include_bytes!(env!("DSTL_GUEST_WASM_PATH"));
 pub(crate) struct Runtime {
     pub engine: Engine,
     pub pre: ChangelogPre<crate::writer::WriterCtx>,
+    /// Epoch ticks (of [`EPOCH_TICK`]) a guest call may run before it is interrupted.
+    pub call_deadline_ticks: u64,
+    ticker: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
+
+/// Epoch ticks for a call deadline of `timeout`: one more than it spans, so a call is
+/// never interrupted before `timeout` has passed, whenever in a tick it starts.
+pub(crate) fn deadline_ticks(timeout: std::time::Duration) -> u64 {
+    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64 + 1
+}
+
+/// How often the engine's epoch advances; the resolution of call deadlines.
+pub(crate) const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Runtime {
     /// One engine with the pooling allocator sized for `max_writers` instances whose
     /// memories may grow to `memory_limit` bytes.
-    pub fn new(max_writers: u32, memory_limit: u64) -> wasmtime::Result<Self> {
+    pub fn new(
+        max_writers: u32,
+        memory_limit: u64,
+        call_timeout: std::time::Duration,
+    ) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         // Each writer is one component instance of 3 core modules and about 19 core
         // instances (spec/WASM-NOTES.md); leave headroom.
@@ -36,13 +55,42 @@ impl Runtime {
             .max_memory_size(memory_limit as usize);
         let mut config = WasmConfig::new();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // Guest calls get a deadline: a call that runs away (a bug, a hostile batch)
+        // is interrupted with a trap instead of holding its writer forever.
+        config.epoch_interruption(true);
         let engine = Engine::new(&config)?;
         let component = load_component(&engine)?;
         let mut linker: Linker<crate::writer::WriterCtx> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         Changelog::add_to_linker::<_, HasSelf<_>>(&mut linker, |ctx| ctx)?;
         let pre = ChangelogPre::new(linker.instantiate_pre(&component)?)?;
-        Ok(Self { engine, pre })
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let (engine, stop) = (engine.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("dstl-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })?
+        };
+        Ok(Self {
+            engine,
+            pre,
+            call_deadline_ticks: deadline_ticks(call_timeout),
+            ticker: Some((stop, ticker)),
+        })
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some((stop, ticker)) = self.ticker.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = ticker.join();
+        }
     }
 }
 

@@ -86,6 +86,9 @@ pub struct Config {
     pub writer_memory_limit: u64,
     /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
     pub max_writers: u32,
+    /// How long one call into a writer's sandbox may run before it is interrupted
+    /// (`dstl.writer.call-timeout`).
+    pub writer_call_timeout: Duration,
     /// How to reach S3-compatible stores (`dstl.s3.*`).
     pub s3: crate::store::S3Settings,
 }
@@ -121,6 +124,7 @@ impl Default for Config {
             local_dir: None,
             writer_memory_limit: 256 << 20,
             max_writers: 1024,
+            writer_call_timeout: Duration::from_secs(10),
             s3: crate::store::S3Settings::default(),
         }
     }
@@ -147,6 +151,7 @@ pub const KEYS: &[&str] = &[
     "dstl.local-recovery.dir",
     "dstl.writer.memory-limit",
     "dstl.writer.max-writers",
+    "dstl.writer.call-timeout",
     "dstl.s3.endpoint",
     "dstl.s3.region",
     "dstl.s3.access-key-id",
@@ -245,6 +250,12 @@ impl Config {
                 }
             }
             "dstl.writer.max-writers" => self.max_writers = positive()?,
+            "dstl.writer.call-timeout" => {
+                self.writer_call_timeout = duration()?;
+                if self.writer_call_timeout < Duration::from_millis(1) {
+                    return Err(invalid("a duration of at least 1 ms"));
+                }
+            }
             "dstl.s3.endpoint" => {
                 if !(value.starts_with("http://") || value.starts_with("https://")) {
                     return Err(invalid("an http:// or https:// URL"));
@@ -369,6 +380,7 @@ impl Config {
             self.local_copies_dir().display().to_string(),
             format!("{}b", self.writer_memory_limit),
             self.max_writers.to_string(),
+            ms(self.writer_call_timeout),
             self.s3
                 .endpoint
                 .clone()

@@ -90,8 +90,12 @@ impl ChangelogStorage {
         } else {
             None
         };
-        let wasm = Wasm::new(config.max_writers, config.writer_memory_limit)
-            .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
+        let wasm = Wasm::new(
+            config.max_writers,
+            config.writer_memory_limit,
+            config.writer_call_timeout,
+        )
+        .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
         let outstanding = Outstanding::default();
         let stores = Stores {
             remote: store.clone(),

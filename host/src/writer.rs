@@ -32,6 +32,37 @@ pub(crate) struct WriterCtx {
     stderr: MemoryOutputPipe,
     shared: Arc<Shared>,
     this: Weak<WriterShared>,
+    /// File references delivered to the guest and not yet released by it: what the
+    /// host releases for it if its sandbox traps.
+    held: Held,
+}
+
+/// A count of references per file.
+#[derive(Default)]
+struct Held(HashMap<String, u64>);
+
+impl Held {
+    fn add(&mut self, results: &[t::UploadResult]) {
+        for result in results {
+            *self.0.entry(result.remote.path.clone()).or_default() += 1;
+            if let Some(local) = &result.local {
+                *self.0.entry(local.handle.path.clone()).or_default() += 1;
+            }
+        }
+    }
+
+    fn forget_one(&mut self, path: &str) {
+        if let Some(count) = self.0.get_mut(path) {
+            *count -= 1;
+            if *count == 0 {
+                self.0.remove(path);
+            }
+        }
+    }
+
+    fn forget_all(&mut self, path: &str) {
+        self.0.remove(path);
+    }
 }
 
 impl WasiView for WriterCtx {
@@ -55,10 +86,12 @@ impl c::dstl::changelog::uploader::Host for WriterCtx {
 
 impl c::dstl::changelog::registry::Host for WriterCtx {
     fn release(&mut self, handle: w::StreamHandle) {
+        self.held.forget_one(&handle.path);
         self.shared.task_registry.release(&handle.path);
     }
 
     fn stop_tracking(&mut self, handle: w::StreamHandle) {
+        self.held.forget_all(&handle.path);
         self.shared.task_registry.stop_tracking(&handle.path);
     }
 }
@@ -109,9 +142,11 @@ pub(crate) fn new_store(
         stderr,
         shared: shared.clone(),
         this,
+        held: Held::default(),
     };
     let mut store = Store::new(&shared.wasm.engine, ctx);
     store.limiter(|ctx| &mut ctx.limits);
+    store.set_epoch_deadline(shared.wasm.call_deadline_ticks);
     store
 }
 
@@ -119,6 +154,7 @@ pub(crate) fn new_store(
 pub struct ComponentDecoder {
     store: Store<WriterCtx>,
     bindings: Changelog,
+    deadline_ticks: u64,
 }
 
 impl ComponentDecoder {
@@ -137,7 +173,11 @@ impl ComponentDecoder {
                 writer: "decoder".into(),
                 cause: format!("{e:#}"),
             })?;
-        Ok(Self { store, bindings })
+        Ok(Self {
+            store,
+            bindings,
+            deadline_ticks: shared.wasm.call_deadline_ticks,
+        })
     }
 
     fn trap(e: wasmtime::Error) -> String {
@@ -146,6 +186,7 @@ impl ComponentDecoder {
 
     /// A whole file's logical bytes, decoded inside the sandbox.
     pub fn logical_bytes(&mut self, file: &[u8]) -> Result<Vec<u8>, String> {
+        self.store.set_epoch_deadline(self.deadline_ticks);
         self.bindings
             .dstl_changelog_reader()
             .call_logical_bytes(&mut self.store, file)
@@ -158,6 +199,7 @@ impl ComponentDecoder {
         logical: &[u8],
         offset: u64,
     ) -> Result<Vec<dstl_guest::codec::Change>, String> {
+        self.store.set_epoch_deadline(self.deadline_ticks);
         let changes = self
             .bindings
             .dstl_changelog_reader()
@@ -242,6 +284,8 @@ impl Batch {
 /// Shared between the [`Writer`] handle and the uploads in flight for it.
 pub(crate) struct WriterShared {
     name: String,
+    /// Epoch ticks one guest call may take.
+    deadline_ticks: u64,
     config: t::WriterConfig,
     inner: Mutex<Inner>,
     mailbox: Mutex<VecDeque<Letter>>,
@@ -254,6 +298,9 @@ pub struct WriterOptions {
     /// Linear-memory cap of this writer's sandbox; the storage's
     /// `dstl.writer.memory-limit` when `None`.
     pub memory_limit: Option<u64>,
+    /// Deadline of one call into this writer's sandbox; the storage's
+    /// `dstl.writer.call-timeout` when `None`.
+    pub call_timeout: Option<std::time::Duration>,
 }
 
 /// One operator's writer. Calls are serialized; the handle can be shared across threads.
@@ -271,6 +318,11 @@ impl Writer {
             .memory_limit
             .unwrap_or(shared.config.writer_memory_limit);
         let name = config.name.clone();
+        let deadline_ticks = crate::component::deadline_ticks(
+            options
+                .call_timeout
+                .unwrap_or(shared.config.writer_call_timeout),
+        );
         let mut setup_error = None;
         let writer = Arc::new_cyclic(|this: &Weak<WriterShared>| {
             let mut store = new_store(&shared, &name, memory_limit, this.clone());
@@ -298,6 +350,7 @@ impl Writer {
             };
             WriterShared {
                 name: name.clone(),
+                deadline_ticks,
                 config: config.clone(),
                 inner: Mutex::new(Inner {
                     live,
@@ -547,7 +600,9 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         // Drop the sandbox now; uploads still in flight find the writer gone and release
-        // their files themselves, and pending persists see the writer closed.
+        // their files themselves, and pending persists see the writer closed. Files the
+        // writer held stay tracked, as after Flink's close: a checkpoint the coordinator
+        // already knows about may still need them (`dstl gc` collects true orphans).
         let mut inner = self.shared.inner.lock().unwrap();
         inner.live = None;
         inner.pending.clear();
@@ -630,7 +685,9 @@ impl WriterShared {
                 open_bytes,
                 ..
             } = &mut *inner;
+            let ticks = self.deadline_ticks;
             live.as_mut().map(|live| {
+                live.store.set_epoch_deadline(ticks);
                 f(
                     &mut Pending {
                         tickets: pending,
@@ -714,10 +771,13 @@ impl WriterShared {
                     open_bytes,
                     ..
                 } = &mut *inner;
+                let ticks = self.deadline_ticks;
                 live.as_mut().map(|live| {
+                    live.store.set_epoch_deadline(ticks);
                     let api = live.bindings.dstl_changelog_writer().writer();
                     let outcome = match letter {
                         Letter::Succeeded { task, results } => {
+                            live.store.data_mut().held.add(&results);
                             let results = c::to_wit_results(results);
                             api.call_on_upload_succeeded(
                                 &mut live.store,
@@ -750,6 +810,13 @@ impl WriterShared {
     /// The sandbox trapped: drop it and fail every pending persist with the cause.
     fn poison(&self, inner: &mut Inner, trap: wasmtime::Error) {
         let mut cause = format!("{trap:#}");
+        if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+            cause = format!(
+                "the call ran past its deadline of {} ms (dstl.writer.call-timeout) and was interrupted: {cause}",
+                self.deadline_ticks.saturating_sub(1)
+                    * crate::component::EPOCH_TICK.as_millis() as u64
+            );
+        }
         if let Some(live) = &inner.live {
             let printed = live.store.data().stderr.contents();
             if !printed.is_empty() {
@@ -758,11 +825,24 @@ impl WriterShared {
             }
         }
         tracing::error!(writer = %self.name, %cause, "writer sandbox trapped");
-        inner.live = None;
+        self.abandon(inner);
         inner.failure = Some(cause);
         let error = self.trapped_error(inner);
         for (_, tx) in inner.pending.drain() {
             let _ = tx.send(Err(error.clone()));
+        }
+    }
+
+    /// Drops a trapped sandbox. The guest's references to uploaded files die with it: they
+    /// are released, so files that no one else needs (no other writer, no confirmed
+    /// checkpoint) are deleted.
+    fn abandon(&self, inner: &mut Inner) {
+        if let Some(mut live) = inner.live.take() {
+            for (path, count) in std::mem::take(&mut live.store.data_mut().held.0) {
+                for _ in 0..count {
+                    self.shared.task_registry.release(&path);
+                }
+            }
         }
     }
 

@@ -686,6 +686,7 @@ fn a_trapping_writer_does_not_disturb_another() {
             RANGE,
             WriterOptions {
                 memory_limit: Some(2 << 20),
+                ..Default::default()
             },
         )
         .unwrap();
@@ -740,4 +741,69 @@ fn bad_writer_arguments_are_rejected_by_name() {
         panic!()
     };
     assert!(e.to_string().contains("[5, 1]"), "{e}");
+}
+
+#[test]
+fn a_call_past_its_deadline_is_interrupted_and_others_carry_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1tb"]);
+    let healthy = storage.create_writer("healthy", RANGE).unwrap();
+    let runaway = storage
+        .create_writer_with(
+            "runaway",
+            RANGE,
+            WriterOptions {
+                call_timeout: Some(std::time::Duration::from_millis(1)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    healthy.append(1, b"steady").unwrap();
+    // A batch whose processing inside the sandbox takes far longer than 1 ms.
+    let n = 2_000_000;
+    let key_groups = vec![3; n];
+    let lengths = vec![40u32; n];
+    let data = vec![7u8; n * 40];
+    let error = runaway.append_batch(&key_groups, &lengths, &data).unwrap_err();
+    match &error {
+        Error::Trapped { writer, cause } => {
+            assert_eq!(writer, "runaway");
+            assert!(cause.contains("deadline of 1 ms"), "{cause}");
+        }
+        other => panic!("expected an interrupted call, got {other:?}"),
+    }
+    assert!(matches!(runaway.next_sequence_number(), Err(Error::Trapped { .. })));
+    let snapshot = healthy.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(values(&storage, &snapshot), vec![(1, b"steady".to_vec())]);
+}
+
+#[test]
+fn a_trapped_writer_releases_its_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage
+        .create_writer_with(
+            "doomed",
+            RANGE,
+            WriterOptions {
+                memory_limit: Some(2 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    w.append(1, b"confirmed").unwrap();
+    let to = w.next_sequence_number().unwrap();
+    let confirmed = w.persist(0, 1).unwrap().wait().unwrap();
+    w.confirm(0, to, 1).unwrap();
+    w.append(1, b"uploaded, never confirmed").unwrap();
+    let unconfirmed = w.persist(to, 2).unwrap().wait().unwrap();
+    storage.wait_idle();
+    assert_eq!(files(&storage.config().job_dir()).len(), 2);
+    assert!(matches!(w.append(2, &vec![0; 4 << 20]), Err(Error::Trapped { .. })));
+    storage.wait_idle();
+    // The confirmed checkpoint's file belongs to it and stays; the other is released.
+    let left = files(&storage.config().job_dir());
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].to_string_lossy(), confirmed.remote.entries[0].handle.path);
+    assert!(!Path::new(&unconfirmed.remote.entries[0].handle.path).exists());
 }
