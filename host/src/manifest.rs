@@ -35,6 +35,10 @@ pub struct Manifest {
     /// End of the sequence range, exclusive (extra field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence_to: Option<u64>,
+    /// Indexes `[first, end)` of the writer's changes the snapshot holds, for workloads
+    /// that can regenerate them (extra field, written by `dstl run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<[u64; 2]>,
 }
 
 /// The local handle in a manifest.
@@ -143,6 +147,7 @@ impl Manifest {
             checkpoint_id: None,
             sequence_from: None,
             sequence_to: None,
+            changes: None,
         }
     }
 

@@ -272,6 +272,7 @@ fn run_writer(
                     manifest.checkpoint_id = Some(pending.checkpoint);
                     manifest.sequence_from = Some(pending.from);
                     manifest.sequence_to = Some(pending.to);
+                    manifest.changes = Some([pending.changes.0, pending.changes.1]);
                     let path = dir.join(format!("{}.json", writer.name()));
                     manifest
                         .store(&path)
@@ -337,6 +338,29 @@ fn run_writer(
     })
 }
 
+/// The changes `[from, to)` that writer `index` (`op-<index>`) of `workload` appends, in
+/// append order, regenerated from the seed.
+pub fn expected_changes(
+    workload: &Workload,
+    index: usize,
+    from: u64,
+    to: u64,
+) -> Vec<(i32, Vec<u8>)> {
+    let mut source = Changes::new(workload, index);
+    let (mut key_groups, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
+    let mut changes = Vec::new();
+    for i in 0..to {
+        key_groups.clear();
+        lengths.clear();
+        data.clear();
+        source.next_into(&mut key_groups, &mut lengths, &mut data);
+        if i >= from {
+            changes.push((key_groups[0], data.clone()));
+        }
+    }
+    changes
+}
+
 /// Regenerates the writer's changes `[from, to)` from the seed and compares them with
 /// what the snapshot reads back. Reading keeps the append order within each key group
 /// (the format does not keep it across key groups), so that is compared, exactly.
@@ -348,17 +372,9 @@ fn verify(
     from: u64,
     to: u64,
 ) -> anyhow::Result<()> {
-    let mut source = Changes::new(workload, index);
-    let (mut key_groups, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
     let mut want: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-    for i in 0..to {
-        key_groups.clear();
-        lengths.clear();
-        data.clear();
-        source.next_into(&mut key_groups, &mut lengths, &mut data);
-        if i >= from {
-            want.entry(key_groups[0]).or_default().push(data.clone());
-        }
+    for (key_group, value) in expected_changes(workload, index, from, to) {
+        want.entry(key_group).or_default().push(value);
     }
     let changes = storage.read(&snapshot.remote)?;
     let mut got: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
