@@ -764,46 +764,27 @@ impl WriterShared {
                 }
                 continue;
             }
-            let delivered = {
-                let Inner {
-                    live,
-                    pending,
-                    open_bytes,
-                    ..
-                } = &mut *inner;
-                let ticks = self.deadline_ticks;
-                live.as_mut().map(|live| {
-                    live.store.set_epoch_deadline(ticks);
-                    let api = live.bindings.dstl_changelog_writer().writer();
-                    let outcome = match letter {
-                        Letter::Succeeded { task, results } => {
-                            live.store.data_mut().held.add(&results);
-                            let results = c::to_wit_results(results);
-                            api.call_on_upload_succeeded(
-                                &mut live.store,
-                                live.resource,
-                                task,
-                                &results,
-                            )
-                        }
-                        Letter::Failed { task, cause } => {
-                            api.call_on_upload_failed(&mut live.store, live.resource, task, &cause)
-                        }
-                    };
-                    outcome.map(|completions| {
-                        Pending {
-                            tickets: pending,
-                            open_bytes,
-                        }
-                        .resolve(&self.name, completions)
-                    })
-                })
-            };
-            match delivered {
-                Some(Ok(())) => {}
-                Some(Err(trap)) => self.poison(inner, trap),
-                None => {}
-            }
+            // A trap is handled by `invoke` (the writer is poisoned, its persists fail).
+            let _ = self.invoke(inner, |pending, live| {
+                let api = live.bindings.dstl_changelog_writer().writer();
+                let completions = match letter {
+                    Letter::Succeeded { task, results } => {
+                        live.store.data_mut().held.add(&results);
+                        let results = c::to_wit_results(results);
+                        api.call_on_upload_succeeded(
+                            &mut live.store,
+                            live.resource,
+                            task,
+                            &results,
+                        )?
+                    }
+                    Letter::Failed { task, cause } => {
+                        api.call_on_upload_failed(&mut live.store, live.resource, task, &cause)?
+                    }
+                };
+                pending.resolve(&self.name, completions);
+                Ok(Ok(()))
+            });
         }
     }
 
