@@ -606,6 +606,11 @@ impl Drop for Writer {
         let mut inner = self.shared.inner.lock().unwrap();
         inner.live = None;
         inner.pending.clear();
+        // Outcomes posted while this held the lock: with no sandbox left, delivering them
+        // releases their files.
+        self.shared.drain(&mut inner);
+        drop(inner);
+        self.shared.pump();
     }
 }
 
