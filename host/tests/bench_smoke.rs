@@ -37,7 +37,11 @@ fn standard_workloads_run_in_quick_mode() {
             "baseline_disk_mb_per_s",
             "disk_ratio",
         ] {
-            assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{workload}: {key} = {}", report[key]);
+            assert!(
+                report[key].as_f64().is_some_and(|v| v > 0.0),
+                "{workload}: {key} = {}",
+                report[key]
+            );
         }
         assert!(report["files"].as_u64().unwrap() > 0);
     }
