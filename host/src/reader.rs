@@ -108,9 +108,9 @@ fn fetch(
     if flag.first() == Some(&codec::FLAG_PLAIN) && from <= file_size {
         // One byte past the recorded end tells a longer file from an exact one.
         let bytes = files
-            .read_range(path, 1 + from..2 + file_size)
+            .read_range(path, from.saturating_add(1)..file_size.saturating_add(2))
             .map_err(io)?;
-        let actual = from + bytes.len() as u64;
+        let actual = from.saturating_add(bytes.len() as u64);
         if actual != file_size {
             return Err(mismatch(actual));
         }

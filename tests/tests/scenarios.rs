@@ -764,7 +764,9 @@ fn a_call_past_its_deadline_is_interrupted_and_others_carry_on() {
     let key_groups = vec![3; n];
     let lengths = vec![40u32; n];
     let data = vec![7u8; n * 40];
-    let error = runaway.append_batch(&key_groups, &lengths, &data).unwrap_err();
+    let error = runaway
+        .append_batch(&key_groups, &lengths, &data)
+        .unwrap_err();
     match &error {
         Error::Trapped { writer, cause } => {
             assert_eq!(writer, "runaway");
@@ -772,7 +774,10 @@ fn a_call_past_its_deadline_is_interrupted_and_others_carry_on() {
         }
         other => panic!("expected an interrupted call, got {other:?}"),
     }
-    assert!(matches!(runaway.next_sequence_number(), Err(Error::Trapped { .. })));
+    assert!(matches!(
+        runaway.next_sequence_number(),
+        Err(Error::Trapped { .. })
+    ));
     let snapshot = healthy.persist(0, 1).unwrap().wait().unwrap();
     assert_eq!(values(&storage, &snapshot), vec![(1, b"steady".to_vec())]);
 }
@@ -799,11 +804,17 @@ fn a_trapped_writer_releases_its_files() {
     let unconfirmed = w.persist(to, 2).unwrap().wait().unwrap();
     storage.wait_idle();
     assert_eq!(files(&storage.config().job_dir()).len(), 2);
-    assert!(matches!(w.append(2, &vec![0; 4 << 20]), Err(Error::Trapped { .. })));
+    assert!(matches!(
+        w.append(2, &vec![0; 4 << 20]),
+        Err(Error::Trapped { .. })
+    ));
     storage.wait_idle();
     // The confirmed checkpoint's file belongs to it and stays; the other is released.
     let left = files(&storage.config().job_dir());
     assert_eq!(left.len(), 1, "{left:?}");
-    assert_eq!(left[0].to_string_lossy(), confirmed.remote.entries[0].handle.path);
+    assert_eq!(
+        left[0].to_string_lossy(),
+        confirmed.remote.entries[0].handle.path
+    );
     assert!(!Path::new(&unconfirmed.remote.entries[0].handle.path).exists());
 }
