@@ -220,7 +220,7 @@ fn size_threshold_sends_one_batch_of_all_writers_in_one_file() {
 #[test]
 fn delay_batches_persists_arriving_within_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=300ms"]);
+    let (storage, store) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=1s"]);
     let writers: Vec<_> = (0..4)
         .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
         .collect();
@@ -237,7 +237,7 @@ fn delay_batches_persists_arriving_within_it() {
         .into_iter()
         .flat_map(|p| paths(&p.wait().unwrap()))
         .collect();
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() >= Duration::from_millis(1000));
     assert_eq!(files.len(), 1);
     assert_eq!(store.creates(), 1);
 }
