@@ -216,6 +216,22 @@ impl Changes {
     }
 }
 
+/// Changes as packed columns, the shape `append_batch` takes.
+#[derive(Default)]
+struct PackedBatch {
+    key_groups: Vec<i32>,
+    lengths: Vec<u32>,
+    data: Vec<u8>,
+}
+
+impl PackedBatch {
+    fn clear(&mut self) {
+        self.key_groups.clear();
+        self.lengths.clear();
+        self.data.clear();
+    }
+}
+
 /// A persist in flight, confirmed (as a checkpoint coordinator would) when it completes.
 struct Pending {
     future: crate::PersistFuture,
@@ -283,25 +299,40 @@ fn run_writer(
             }
             Ok(outcome)
         });
-        let appended = (|| -> anyhow::Result<()> {
+        // The operator's input: generated on a thread of its own, as records arrive
+        // from upstream, in packed batches that end at checkpoint boundaries.
+        let (batches, inbox) = std::sync::mpsc::sync_channel::<PackedBatch>(4);
+        let (recycle, spare) = std::sync::mpsc::channel::<PackedBatch>();
+        scope.spawn(move || {
             let mut source = Changes::new(workload, index);
-            let (mut key_groups, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
+            let mut done = 0u64;
+            let mut since_checkpoint = 0u64;
+            while done < changes {
+                let n = BATCH
+                    .min(changes - done)
+                    .min(workload.checkpoint_every - since_checkpoint);
+                let mut batch = spare.try_recv().unwrap_or_default();
+                batch.clear();
+                for _ in 0..n {
+                    source.next_into(&mut batch.key_groups, &mut batch.lengths, &mut batch.data);
+                }
+                if batches.send(batch).is_err() {
+                    return; // the operator stopped
+                }
+                done += n;
+                since_checkpoint = (since_checkpoint + n) % workload.checkpoint_every;
+            }
+        });
+        let appended = (|| -> anyhow::Result<()> {
             let mut done = 0u64;
             let mut since_checkpoint = 0u64;
             let mut checkpoint = 0i64;
             // (sequence number, change index) at the ends of the last two checkpoints.
             let mut ends = [(0u64, 0u64); 2];
-            while done < changes {
-                let n = BATCH
-                    .min(changes - done)
-                    .min(workload.checkpoint_every - since_checkpoint);
-                key_groups.clear();
-                lengths.clear();
-                data.clear();
-                for _ in 0..n {
-                    source.next_into(&mut key_groups, &mut lengths, &mut data);
-                }
-                writer.append_batch(&key_groups, &lengths, &data)?;
+            for batch in inbox {
+                let n = batch.key_groups.len() as u64;
+                writer.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
+                let _ = recycle.send(batch);
                 done += n;
                 since_checkpoint += n;
                 progress(n);
