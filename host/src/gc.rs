@@ -117,20 +117,7 @@ pub fn stored_files(config: &Config) -> anyhow::Result<Vec<StoredFile>> {
 
 /// A directory's files, staging files of interrupted writes included.
 fn list_dir(dir: &Path) -> anyhow::Result<Vec<StoredFile>> {
-    let store = LocalStore::open(dir)?;
-    let mut files = store.list()?;
-    for entry in std::fs::read_dir(store.dir())? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with('.') && entry.metadata()?.is_file() {
-            let meta = entry.metadata()?;
-            files.push(StoredFile {
-                path: entry.path().to_string_lossy().into_owned(),
-                size: meta.len(),
-                modified: meta.modified()?,
-            });
-        }
-    }
-    Ok(files)
+    Ok(LocalStore::open(dir)?.files(true)?)
 }
 
 /// Classifies `files` against `referenced` at time `now`.

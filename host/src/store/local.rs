@@ -30,6 +30,28 @@ impl LocalStore {
 
     /// Refuses to touch a path outside this store's directory (a bad handle or manifest
     /// must never make the store delete someone else's file).
+    /// The files of the directory, sorted by path; with `staging`, also the hidden
+    /// staging files that interrupted writes left behind (never referenced by a handle).
+    pub fn files(&self, staging: bool) -> std::io::Result<Vec<StoredFile>> {
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if !staging && entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            if meta.is_file() {
+                files.push(StoredFile {
+                    path: entry.path().to_string_lossy().into_owned(),
+                    size: meta.len(),
+                    modified: meta.modified()?,
+                });
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
     pub(crate) fn contains(&self, path: &str) -> bool {
         let path = Path::new(path);
         path.parent() == Some(self.dir.as_path())
@@ -102,24 +124,7 @@ impl Store for LocalStore {
     }
 
     fn list(&self) -> std::io::Result<Vec<StoredFile>> {
-        let mut files = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let entry = entry?;
-            // Staging files of writes in progress are not changelog files yet.
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let meta = entry.metadata()?;
-            if meta.is_file() {
-                files.push(StoredFile {
-                    path: entry.path().to_string_lossy().into_owned(),
-                    size: meta.len(),
-                    modified: meta.modified()?,
-                });
-            }
-        }
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(files)
+        self.files(false)
     }
 
     fn describe(&self) -> String {
