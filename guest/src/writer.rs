@@ -488,11 +488,14 @@ impl Writer {
                 // Register under the checkpoint that uses the files (§12.10): Flink registers
                 // results under the checkpoint of the persist that started the upload, so a
                 // later checkpoint that only waited on it lost its local files on confirm.
-                if listener.checkpoint != PREEMPTIVE_CHECKPOINT
-                    && let Some(local) = &snapshot.local
-                {
-                    for entry in &local.entries {
-                        fx.local_register(&entry.handle, listener.checkpoint);
+                // Change sets truncated while the persist waited were released: the writer
+                // no longer holds their files, so it has nothing to register for them.
+                if listener.checkpoint != PREEMPTIVE_CHECKPOINT && snapshot.local.is_some() {
+                    let held = self.lowest_sqn..self.highest_sqn;
+                    for (sqn, result) in &listener.results {
+                        if let Some(local) = result.local.as_ref().filter(|_| held.contains(sqn)) {
+                            fx.local_register(&local.handle, listener.checkpoint);
+                        }
                     }
                 }
                 if let Some(ticket) = listener.ticket {
@@ -585,7 +588,9 @@ impl Writer {
         }
     }
 
-    /// A checkpoint holding `[from, to)` was confirmed: its files now belong to it.
+    /// A checkpoint holding `[from, to)` was confirmed: its files now belong to it. As in
+    /// Flink this works after close too (spec §2.2): the coordinator's confirm still
+    /// discards the writer's older local copies.
     pub fn confirm(
         &mut self,
         fx: &mut impl Effects,
@@ -593,7 +598,6 @@ impl Writer {
         to: SequenceNumber,
         checkpoint: CheckpointId,
     ) -> Result<(), WriterError> {
-        self.ensure_open("confirm")?;
         if from > to {
             return Err(WriterError::InvalidRange(format!(
                 "Invalid confirm range: [{from},{to})"
@@ -619,7 +623,7 @@ impl Writer {
     }
 
     /// A checkpoint holding `[from, to)` was aborted: its local copies go. Nothing is
-    /// re-uploaded and no change set is lost.
+    /// re-uploaded and no change set is lost. Works after close too, like `confirm`.
     pub fn reset(
         &mut self,
         fx: &mut impl Effects,
@@ -627,7 +631,6 @@ impl Writer {
         _to: SequenceNumber,
         checkpoint: CheckpointId,
     ) -> Result<(), WriterError> {
-        self.ensure_open("reset")?;
         // Flink computes `checkpoint + 1`, which wraps at i64::MAX and discards nothing.
         let discarded = fx.local_discard_up_to(checkpoint.saturating_add(1));
         self.forget_local_copies(&discarded);

@@ -12,6 +12,9 @@ use wasmtime::{Config as WasmConfig, Engine, InstanceAllocationStrategy, Pooling
 wasmtime::component::bindgen!({
     world: "changelog",
     path: "../wit",
+    // An import may trap its caller: the host refuses calls naming files the writer does
+    // not hold (a guest fault).
+    imports: { default: trappable },
 });
 
 pub(crate) use self::dstl::changelog::types as w;
@@ -23,9 +26,22 @@ const GUEST_WASM: &[u8] = include_bytes!(env!("DSTL_GUEST_WASM_PATH"));
 pub(crate) struct Runtime {
     pub engine: Engine,
     pub pre: ChangelogPre<crate::writer::WriterCtx>,
-    /// Epoch ticks (of [`EPOCH_TICK`]) a guest call may run before it is interrupted.
-    pub call_deadline_ticks: u64,
+    linker: Linker<crate::writer::WriterCtx>,
     ticker: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+/// Another build of the writer component, compiled for one storage's engine
+/// ([`crate::ChangelogStorage::compile_component`]) and chosen per writer with
+/// [`crate::WriterOptions::component`]. It must implement the same WIT world.
+#[derive(Clone)]
+pub struct WriterComponent {
+    pub(crate) pre: Arc<ChangelogPre<crate::writer::WriterCtx>>,
+}
+
+impl std::fmt::Debug for WriterComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriterComponent")
+    }
 }
 
 /// Epoch ticks for a call deadline of `timeout`: one more than it spans, so a call is
@@ -40,11 +56,7 @@ pub(crate) const EPOCH_TICK: std::time::Duration = std::time::Duration::from_mil
 impl Runtime {
     /// One engine with the pooling allocator sized for `max_writers` instances whose
     /// memories may grow to `memory_limit` bytes.
-    pub fn new(
-        max_writers: u32,
-        memory_limit: u64,
-        call_timeout: std::time::Duration,
-    ) -> wasmtime::Result<Self> {
+    pub fn new(max_writers: u32, memory_limit: u64) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         // Each writer is one component instance of 3 core modules and about 19 core
         // instances (spec/WASM-NOTES.md); leave headroom.
@@ -79,9 +91,16 @@ impl Runtime {
         Ok(Self {
             engine,
             pre,
-            call_deadline_ticks: deadline_ticks(call_timeout),
+            linker,
             ticker: Some((stop, ticker)),
         })
+    }
+
+    /// Compiles and links another build of the writer component.
+    pub fn compile(&self, wasm: &[u8]) -> wasmtime::Result<WriterComponent> {
+        let component = Component::new(&self.engine, wasm)?;
+        let pre = ChangelogPre::new(self.linker.instantiate_pre(&component)?)?;
+        Ok(WriterComponent { pre: Arc::new(pre) })
     }
 }
 

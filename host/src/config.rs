@@ -23,6 +23,14 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
+    /// A key Flink has that dstl does not implement; accepting it would ignore it.
+    #[error("`{key}` is not supported: {reason}")]
+    Unsupported {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// A `key=value` pair without `=`.
     #[error("`{0}` is not of the form key=value")]
     NotAPair(String),
@@ -57,11 +65,14 @@ pub struct Config {
     pub persist_delay: Duration,
     /// Queued bytes that force a batch (`dstl.dfs.batch.persist-size-threshold`).
     pub persist_size_threshold: u64,
-    /// Write buffer per upload (`dstl.dfs.upload.buffer-size`).
+    /// Write buffer of one upload to a local directory: change-set blocks are gathered into
+    /// writes of this size (`dstl.dfs.upload.buffer-size`). An object store receives a
+    /// file in one request.
     pub upload_buffer_size: u64,
     /// Concurrent uploads (`dstl.dfs.upload.num-threads`).
     pub upload_threads: usize,
-    /// Threads deleting unused files (`dstl.dfs.discard.num-threads`).
+    /// Threads deleting unused files, so at most this many deletions run at once
+    /// (`dstl.dfs.discard.num-threads`).
     pub discard_threads: usize,
     /// In-flight byte limit (`dstl.dfs.upload.max-in-flight`).
     pub max_in_flight: u64,
@@ -73,8 +84,6 @@ pub struct Config {
     pub max_attempts: u32,
     /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
     pub next_attempt_delay: Duration,
-    /// Idle time of a recovery cache file (`dstl.dfs.download.local-cache.idle-timeout-ms`).
-    pub cache_idle_timeout: Duration,
     /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
     /// (`dstl.job-id`, random by default).
     pub job_id: String,
@@ -118,7 +127,6 @@ impl Default for Config {
             upload_timeout: Duration::from_secs(1),
             max_attempts: 3,
             next_attempt_delay: Duration::from_millis(500),
-            cache_idle_timeout: Duration::from_secs(600),
             job_id: uuid::Uuid::new_v4().simple().to_string(),
             local_recovery: false,
             local_dir: None,
@@ -145,7 +153,6 @@ pub const KEYS: &[&str] = &[
     "dstl.dfs.upload.timeout",
     "dstl.dfs.upload.max-attempts",
     "dstl.dfs.upload.next-attempt-delay",
-    "dstl.dfs.download.local-cache.idle-timeout-ms",
     "dstl.job-id",
     "dstl.local-recovery.enabled",
     "dstl.local-recovery.dir",
@@ -224,7 +231,10 @@ impl Config {
             "dstl.dfs.upload.max-attempts" => self.max_attempts = positive()?,
             "dstl.dfs.upload.next-attempt-delay" => self.next_attempt_delay = duration()?,
             "dstl.dfs.download.local-cache.idle-timeout-ms" => {
-                self.cache_idle_timeout = duration()?
+                return Err(ConfigError::Unsupported {
+                    key: key.to_string(),
+                    reason: "dstl has no recovery cache yet (recovery reads each file once per handle)",
+                });
             }
             "dstl.job-id" => {
                 if value.len() != 32
@@ -374,7 +384,6 @@ impl Config {
             ms(self.upload_timeout),
             self.max_attempts.to_string(),
             ms(self.next_attempt_delay),
-            ms(self.cache_idle_timeout),
             self.job_id.clone(),
             self.local_recovery.to_string(),
             self.local_copies_dir().display().to_string(),
@@ -579,5 +588,18 @@ mod tests {
         c.set("dstl.dfs.batch.persist-size-threshold", "200mb")
             .unwrap();
         assert!(c.validate().is_err());
+        let e = c
+            .set(
+                "state.changelog.dstl.dfs.download.local-cache.idle-timeout-ms",
+                "1 min",
+            )
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::Unsupported { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "`state.changelog.dstl.dfs.download.local-cache.idle-timeout-ms` is not supported"
+            ),
+            "{e}"
+        );
     }
 }

@@ -1,8 +1,12 @@
 //! Orphan collection: changelog files that no live manifest references and that are
 //! older than a grace period. Flink leaves these behind when a process dies between an
 //! upload and the checkpoint that would have owned it (spec §12.9).
+//!
+//! A collection is scoped to jobs: those its manifests name (or that are named
+//! explicitly). Jobs sharing the base directory have manifests elsewhere, so their files
+//! are never examined.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -34,10 +38,22 @@ pub struct Report {
     pub orphans: Vec<Orphan>,
 }
 
-/// Every path (remote and local) named by the manifests in `dir`. Any manifest that does
-/// not parse is an error: collecting with an incomplete picture could delete live data.
-pub fn referenced_paths(dir: &Path) -> anyhow::Result<HashSet<String>> {
-    let mut paths = HashSet::new();
+/// What the live manifests name.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Every path (remote and local) the manifests reference.
+    pub paths: HashSet<String>,
+    /// The jobs those paths belong to: the collection's scope.
+    pub jobs: BTreeSet<String>,
+    /// Manifests read.
+    pub manifests: usize,
+}
+
+/// Reads every manifest in `dir`. Any manifest that does not parse is an error, and so is a
+/// directory with no manifest at all: collecting with an incomplete (or empty) picture
+/// could delete live data.
+pub fn live(dir: &Path) -> anyhow::Result<Live> {
+    let mut live = Live::default();
     let entries = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read the manifest directory {}", dir.display()))?;
     for entry in entries {
@@ -46,12 +62,35 @@ pub fn referenced_paths(dir: &Path) -> anyhow::Result<HashSet<String>> {
             continue;
         }
         let manifest = Manifest::load(&path)?;
-        paths.extend(manifest.entries.iter().map(|e| e.path.clone()));
-        if let Some(local) = &manifest.local {
-            paths.extend(local.entries.iter().map(|e| e.path.clone()));
+        live.manifests += 1;
+        let local = manifest.local.iter().flat_map(|l| &l.entries);
+        for entry in manifest.entries.iter().chain(local) {
+            if let Some(job) = job_of(&entry.path) {
+                live.jobs.insert(job);
+            }
+            live.paths.insert(entry.path.clone());
         }
     }
-    Ok(paths)
+    if live.manifests == 0 {
+        anyhow::bail!(
+            "the manifest directory {} holds no manifest (*.json): refusing to collect, since every file would look unreferenced",
+            dir.display()
+        );
+    }
+    Ok(live)
+}
+
+/// The job a changelog file or local copy belongs to: `.../<job>/dstl/<file>` or
+/// `.../jid_<job>/taskowned/<file>`.
+pub fn job_of(path: &str) -> Option<String> {
+    let mut parts = path.rsplit('/').skip(1);
+    let (kind, dir) = (parts.next()?, parts.next()?);
+    let job = match kind {
+        "dstl" => dir,
+        "taskowned" => dir.strip_prefix("jid_")?,
+        _ => return None,
+    };
+    is_job_id(job).then(|| job.to_string())
 }
 
 fn is_job_id(name: &str) -> bool {
@@ -61,10 +100,39 @@ fn is_job_id(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// Every changelog file under the configured base (all jobs), plus local copies and
-/// staging files that crashed writes left behind.
-pub fn stored_files(config: &Config) -> anyhow::Result<Vec<StoredFile>> {
-    let mut files = Vec::new();
+/// Checks a job id given on the command line.
+pub fn parse_job(value: &str) -> Result<String, String> {
+    if is_job_id(value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "invalid job id `{value}`: expected 32 lowercase hexadecimal characters"
+        ))
+    }
+}
+
+/// The files of the jobs in scope, and the jobs found under the base but left alone.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Changelog files, local copies and staging files of the jobs in scope.
+    pub files: Vec<StoredFile>,
+    /// Jobs with files under the base (or the local-copy directory) that are out of scope.
+    pub skipped_jobs: BTreeSet<String>,
+}
+
+/// Every changelog file under the configured base that belongs to one of `jobs`, plus
+/// their local copies and the staging files that crashed writes left behind. Other jobs
+/// sharing the base are listed as skipped, never touched: their manifests are not here.
+pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> anyhow::Result<Listing> {
+    let mut listing = Listing::default();
+    let mut take = |job: &str, files: &mut dyn FnMut() -> anyhow::Result<Vec<StoredFile>>| {
+        if jobs.contains(job) {
+            listing.files.extend(files()?);
+        } else {
+            listing.skipped_jobs.insert(job.to_string());
+        }
+        anyhow::Ok(())
+    };
     match config.location() {
         Location::Local(base) => {
             if base.exists() {
@@ -75,7 +143,7 @@ pub fn stored_files(config: &Config) -> anyhow::Result<Vec<StoredFile>> {
                     let name = job.file_name().to_string_lossy().into_owned();
                     let dir = job.path().join("dstl");
                     if is_job_id(&name) && dir.is_dir() {
-                        files.extend(list_dir(&dir)?);
+                        take(&name, &mut || list_dir(&dir))?;
                     }
                 }
             }
@@ -92,7 +160,9 @@ pub fn stored_files(config: &Config) -> anyhow::Result<Vec<StoredFile>> {
                 let relative = file.path.strip_prefix(&base).unwrap_or_default();
                 let parts: Vec<&str> = relative.split('/').collect();
                 if parts.len() == 3 && is_job_id(parts[0]) && parts[1] == "dstl" {
-                    files.push(file);
+                    let job = parts[0].to_string();
+                    let mut file = Some(file);
+                    take(&job, &mut || Ok(file.take().into_iter().collect()))?;
                 }
             }
         }
@@ -106,13 +176,17 @@ pub fn stored_files(config: &Config) -> anyhow::Result<Vec<StoredFile>> {
         });
     if local.is_dir() {
         for job in std::fs::read_dir(&local)? {
-            let dir = job?.path().join("taskowned");
-            if dir.is_dir() {
-                files.extend(list_dir(&dir)?);
+            let job = job?;
+            let name = job.file_name().to_string_lossy().into_owned();
+            let dir = job.path().join("taskowned");
+            if let Some(id) = name.strip_prefix("jid_").filter(|id| is_job_id(id))
+                && dir.is_dir()
+            {
+                take(id, &mut || list_dir(&dir))?;
             }
         }
     }
-    Ok(files)
+    Ok(listing)
 }
 
 /// A directory's files, staging files of interrupted writes included.

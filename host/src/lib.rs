@@ -34,15 +34,16 @@ mod uploader;
 pub mod workload;
 mod writer;
 
+pub use component::WriterComponent;
 pub use config::{Config, ConfigError};
 pub use dstl_guest::codec::Change;
 pub use dstl_guest::types::{
     ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle, WriterError,
 };
-pub use error::Error;
+pub use error::{Error, TrapKind};
 pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use reader::ReadError;
-pub use registry::{LocalRegistry, TaskRegistry};
+pub use registry::{LocalRegistry, TaskRegistry, WriterId};
 pub use storage::ChangelogStorage;
 pub use store::{FileSource, LocalStore, Location, S3Settings, S3Store, Store, StoredFile};
 pub use throttle::Availability;

@@ -5,6 +5,7 @@
 //! upload pool; each task's outcome goes to its own writer's mailbox, after its bytes
 //! were returned to the throttle, so a writer blocked on capacity is always woken.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
-use crate::registry::TaskRegistry;
+use crate::registry::{LocalRegistry, TaskRegistry, WriterId};
 use crate::retry::{self, RetryPolicy};
 use crate::throttle::Throttle;
 use crate::uploader::{Uploader, release_results};
@@ -21,9 +22,19 @@ use crate::writer::{Letter, WriterShared};
 
 struct Queued {
     writer: Weak<WriterShared>,
+    writer_id: WriterId,
     task: UploadTask,
     size: u64,
     /// Keeps [`Outstanding::wait_idle`] waiting until the outcome is delivered.
+    _job: Job,
+}
+
+/// Whose task is in a running batch, to deliver its outcome.
+struct Recipient {
+    writer: Weak<WriterShared>,
+    writer_id: WriterId,
+    task: u64,
+    size: u64,
     _job: Job,
 }
 
@@ -46,7 +57,12 @@ pub(crate) struct Scheduler {
     pub throttle: Throttle,
     uploader: Arc<Uploader>,
     registry: TaskRegistry,
+    local_registry: LocalRegistry,
     permits: Arc<Semaphore>,
+    /// Batches running, by number: whoever takes a batch's recipients out delivers its
+    /// outcome (the batch when it ends, or [`Scheduler::abandon_running`] at close).
+    running: Mutex<HashMap<u64, Vec<Recipient>>>,
+    next_batch: std::sync::atomic::AtomicU64,
     runtime: tokio::runtime::Handle,
     outstanding: Outstanding,
     metrics: Arc<Metrics>,
@@ -62,6 +78,7 @@ impl Scheduler {
         threads: usize,
         uploader: Arc<Uploader>,
         registry: TaskRegistry,
+        local_registry: LocalRegistry,
         runtime: tokio::runtime::Handle,
         outstanding: Outstanding,
         metrics: Arc<Metrics>,
@@ -74,7 +91,10 @@ impl Scheduler {
             throttle: Throttle::new(max_in_flight),
             uploader,
             registry,
+            local_registry,
             permits: Arc::new(Semaphore::new(threads)),
+            running: Mutex::new(HashMap::new()),
+            next_batch: std::sync::atomic::AtomicU64::new(0),
             runtime,
             outstanding,
             metrics,
@@ -86,6 +106,7 @@ impl Scheduler {
     pub fn submit(
         self: &Arc<Self>,
         writer: Weak<WriterShared>,
+        writer_id: WriterId,
         task: UploadTask,
     ) -> Result<(), String> {
         let size: u64 = task.change_sets.iter().map(|c| c.size).sum();
@@ -98,6 +119,7 @@ impl Scheduler {
         }
         queue.tasks.push(Queued {
             writer,
+            writer_id,
             task,
             size,
             _job: self.outstanding.start(),
@@ -145,13 +167,26 @@ impl Scheduler {
             return;
         }
         self.metrics.upload_batch_sizes.record(batch.len() as u64);
+        let number = self
+            .next_batch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (recipients, tasks): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|q| {
+                let recipient = Recipient {
+                    writer: q.writer,
+                    writer_id: q.writer_id,
+                    task: q.task.id,
+                    size: q.size,
+                    _job: q._job,
+                };
+                (recipient, q.task)
+            })
+            .unzip();
+        self.running.lock().unwrap().insert(number, recipients);
         let this = self.clone();
         let job = self.outstanding.start();
         self.runtime.spawn(async move {
-            let (writers, tasks): (Vec<_>, Vec<_>) = batch
-                .into_iter()
-                .map(|q| ((q.writer, q.size, q._job), q.task))
-                .unzip();
             let tasks = Arc::new(tasks);
             let uploader = this.uploader.clone();
             let loser = this.uploader.clone();
@@ -164,6 +199,13 @@ impl Scheduler {
                 job,
             )
             .await;
+            let Some(recipients) = this.running.lock().unwrap().remove(&number) else {
+                // Abandoned at close: the persists failed already, so the file is nobody's.
+                if let Ok(won) = outcome {
+                    this.uploader.discard(won.result);
+                }
+                return;
+            };
             let letters: Vec<Letter> = match outcome {
                 Ok(won) => {
                     let file = won.result;
@@ -175,23 +217,30 @@ impl Scheduler {
                     Metrics::add(&this.metrics.written_bytes, file.written);
                     this.registry.start_tracking(&file.remote, file.change_sets);
                     if let Some(local) = &file.local {
-                        this.registry.start_tracking(local, file.change_sets);
+                        // A local copy is claimed by each writer with change sets in it.
+                        for (recipient, results) in recipients.iter().zip(&file.per_task) {
+                            this.local_registry.hold(
+                                recipient.writer_id,
+                                local,
+                                results.len() as u64,
+                            );
+                        }
                     }
-                    tasks
+                    recipients
                         .iter()
                         .zip(file.per_task)
-                        .map(|(task, results)| Letter::Succeeded {
-                            task: task.id,
+                        .map(|(recipient, results)| Letter::Succeeded {
+                            task: recipient.task,
                             results,
                         })
                         .collect()
                 }
                 Err(cause) => {
                     tracing::warn!(tasks = tasks.len(), %cause, "upload batch failed");
-                    tasks
+                    recipients
                         .iter()
-                        .map(|task| Letter::Failed {
-                            task: task.id,
+                        .map(|recipient| Letter::Failed {
+                            task: recipient.task,
                             cause: cause.clone(),
                         })
                         .collect()
@@ -199,10 +248,9 @@ impl Scheduler {
             };
             // Delivery calls into writers' sandboxes: keep it off the async workers.
             let delivered = tokio::task::spawn_blocking(move || {
-                for ((writer, size, job), letter) in writers.into_iter().zip(letters) {
-                    this.throttle.release(size);
-                    this.deliver(&writer, letter);
-                    drop(job);
+                for (recipient, letter) in recipients.into_iter().zip(letters) {
+                    this.throttle.release(recipient.size);
+                    this.deliver(&recipient.writer, recipient.writer_id, letter);
                 }
             });
             if let Err(e) = delivered.await {
@@ -211,15 +259,37 @@ impl Scheduler {
         });
     }
 
-    fn deliver(&self, writer: &Weak<WriterShared>, letter: Letter) {
+    fn deliver(&self, writer: &Weak<WriterShared>, writer_id: WriterId, letter: Letter) {
         match writer.upgrade() {
             Some(writer) => writer.post(letter),
             None => {
                 if let Letter::Succeeded { results, .. } = letter {
-                    release_results(&self.registry, &results);
+                    release_results(&self.registry, &self.local_registry, writer_id, &results);
                 }
             }
         }
+    }
+
+    /// Fails every task of the batches still running (the storage is closing and will not
+    /// wait for them any longer); returns how many tasks were failed.
+    pub fn abandon_running(&self) -> usize {
+        let running: Vec<Recipient> = self
+            .running
+            .lock()
+            .unwrap()
+            .drain()
+            .flat_map(|(_, recipients)| recipients)
+            .collect();
+        let count = running.len();
+        for recipient in running {
+            self.throttle.release(recipient.size);
+            let letter = Letter::Failed {
+                task: recipient.task,
+                cause: "the changelog storage was closed while the upload was still running; it was abandoned".into(),
+            };
+            self.deliver(&recipient.writer, recipient.writer_id, letter);
+        }
+        count
     }
 
     /// Tasks waiting to be batched.
@@ -242,7 +312,7 @@ impl Scheduler {
                 task: queued.task.id,
                 cause: "the changelog storage was closed before the upload started".into(),
             };
-            self.deliver(&queued.writer, letter);
+            self.deliver(&queued.writer, queued.writer_id, letter);
         }
     }
 }

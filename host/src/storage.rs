@@ -2,18 +2,18 @@
 //! machinery and the registries that all its writers share.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dstl_guest::codec::Change;
 use dstl_guest::types::{ChangelogHandle, KeyGroupRange, UploadResult, WriterConfig};
 
 use crate::background::Outstanding;
-use crate::component::Runtime as Wasm;
+use crate::component::{Runtime as Wasm, WriterComponent};
 use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::reader::ReadError;
-use crate::registry::{Discarder, LocalRegistry, TaskRegistry};
+use crate::registry::{Discarder, LocalRegistry, TaskRegistry, WriterId};
 use crate::retry::RetryPolicy;
 use crate::scheduler::Scheduler;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
@@ -30,13 +30,31 @@ pub(crate) struct Shared {
     pub scheduler: Arc<Scheduler>,
     pub task_registry: TaskRegistry,
     pub local_registry: LocalRegistry,
+    pub discarder: Discarder,
     pub outstanding: Outstanding,
     pub metrics: Arc<Metrics>,
+    next_writer: AtomicU64,
 }
 
 impl Shared {
-    pub fn release_results(&self, results: &[UploadResult]) {
-        crate::uploader::release_results(&self.task_registry, results);
+    /// Writer `writer` no longer needs one change set in `path`: a store file's count
+    /// is in the task registry, a local copy's claim in the local registry.
+    pub fn release(&self, writer: WriterId, path: &str, local: bool) {
+        if local {
+            self.local_registry.release(writer, path);
+        } else {
+            self.task_registry.release(path);
+        }
+    }
+
+    /// Releases every file reference `results` hold (their writer cannot take them).
+    pub fn release_results(&self, writer: WriterId, results: &[UploadResult]) {
+        crate::uploader::release_results(
+            &self.task_registry,
+            &self.local_registry,
+            writer,
+            results,
+        );
     }
 }
 
@@ -54,12 +72,13 @@ impl ChangelogStorage {
         let store: Arc<dyn Store> = match config.location() {
             Location::Local(_) => {
                 let job_dir = config.job_dir();
-                Arc::new(LocalStore::open(&job_dir).map_err(|e| {
+                let store = LocalStore::open(&job_dir).map_err(|e| {
                     Error::Setup(format!(
                         "cannot create the changelog directory {}: {e}",
                         job_dir.display()
                     ))
-                })?)
+                })?;
+                Arc::new(store.with_buffer_size(config.upload_buffer_size as usize))
             }
             Location::S3 { bucket, prefix } => Arc::new(
                 S3Store::open(&config.s3, &bucket, &prefix, &config.job_id)
@@ -74,34 +93,32 @@ impl ChangelogStorage {
         config.validate()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
-            .max_blocking_threads(config.upload_threads + config.discard_threads + 2)
+            .max_blocking_threads(config.upload_threads + 2)
             .thread_name("dstl-io")
             .enable_all()
             .build()
             .map_err(|e| Error::Setup(format!("cannot start the I/O runtime: {e}")))?;
         let local = if config.local_recovery {
             let dir = config.local_copies_dir();
-            Some(LocalStore::open(&dir).map_err(|e| {
+            let store = LocalStore::open(&dir).map_err(|e| {
                 Error::Setup(format!(
                     "cannot create the local-copy directory {}: {e}",
                     dir.display()
                 ))
-            })?)
+            })?;
+            Some(store.with_buffer_size(config.upload_buffer_size as usize))
         } else {
             None
         };
-        let wasm = Wasm::new(
-            config.max_writers,
-            config.writer_memory_limit,
-            config.writer_call_timeout,
-        )
-        .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
+        let wasm = Wasm::new(config.max_writers, config.writer_memory_limit)
+            .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
         let outstanding = Outstanding::default();
         let stores = Stores {
             remote: store.clone(),
             local: local.clone(),
         };
-        let discarder = Discarder::new(runtime.handle().clone(), outstanding.clone(), stores);
+        let discarder = Discarder::new(config.discard_threads, outstanding.clone(), stores)
+            .map_err(|e| Error::Setup(format!("cannot start the deletion threads: {e}")))?;
         let task_registry = TaskRegistry::new(discarder.clone());
         let metrics = Arc::new(Metrics::default());
         let closed = Arc::new(AtomicBool::new(false));
@@ -111,6 +128,7 @@ impl ChangelogStorage {
             compression: config.compression,
             metrics: metrics.clone(),
         });
+        let local_registry = LocalRegistry::new(discarder.clone());
         let scheduler = Scheduler::new(
             config.persist_delay,
             config.persist_size_threshold,
@@ -119,6 +137,7 @@ impl ChangelogStorage {
             config.upload_threads,
             uploader,
             task_registry.clone(),
+            local_registry.clone(),
             runtime.handle().clone(),
             outstanding.clone(),
             metrics.clone(),
@@ -131,9 +150,11 @@ impl ChangelogStorage {
                 wasm,
                 scheduler,
                 task_registry,
-                local_registry: LocalRegistry::new(discarder),
+                local_registry,
+                discarder,
                 outstanding,
                 metrics,
+                next_writer: AtomicU64::new(1),
             }),
             closed,
             runtime: Some(runtime),
@@ -182,7 +203,18 @@ impl ChangelogStorage {
             preemptive_persist_threshold: self.shared.config.preemptive_persist_threshold,
             local_recovery: self.shared.config.local_recovery,
         };
-        Writer::create(self.shared.clone(), config, options)
+        let id = self.shared.next_writer.fetch_add(1, Ordering::Relaxed);
+        Writer::create(self.shared.clone(), id, config, options)
+    }
+
+    /// Compiles another build of the writer component for this storage's engine, for
+    /// [`WriterOptions::component`]. It must implement the same WIT world
+    /// (`dstl:changelog@0.1.0`); a component that does not is refused here.
+    pub fn compile_component(&self, wasm: &[u8]) -> Result<WriterComponent, Error> {
+        self.shared
+            .wasm
+            .compile(wasm)
+            .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))
     }
 
     /// A sandboxed instance of the component's own decoder (the `reader` export).
@@ -238,8 +270,11 @@ impl ChangelogStorage {
 
     /// Stops accepting uploads: queued tasks fail with a closed error, writers waiting
     /// for capacity are woken with one, and batches already running get up to
-    /// `max-attempts × timeout` (at least 5 s) to finish and deliver. Writers still open
-    /// get an upload error on their next persist.
+    /// `max-attempts × timeout` (at least 5 s) to finish and deliver. Batches still
+    /// running after that are abandoned: their persists fail, and a file such an upload
+    /// may still write is an orphan for `dstl gc`. Deletions queued so far get the same
+    /// grace; later ones (writers that outlive the storage) run on their caller's thread.
+    /// Writers still open get an upload error on their next persist.
     pub fn close(mut self) {
         self.shutdown();
     }
@@ -252,9 +287,20 @@ impl ChangelogStorage {
         let config = &self.shared.config;
         let grace =
             (config.upload_timeout * config.max_attempts).max(std::time::Duration::from_secs(5));
+        let started = std::time::Instant::now();
         if !self.shared.outstanding.wait_idle_timeout(grace) {
-            tracing::warn!(?grace, "uploads still running at close; abandoning them");
+            let abandoned = self.shared.scheduler.abandon_running();
+            if abandoned > 0 {
+                tracing::warn!(
+                    ?grace,
+                    abandoned,
+                    "uploads still running at close were abandoned: their persists failed; a file one may still write is an orphan that `dstl gc` collects"
+                );
+            }
         }
+        self.shared
+            .discarder
+            .close(grace.saturating_sub(started.elapsed()));
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }

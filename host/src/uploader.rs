@@ -9,7 +9,7 @@ use dstl_guest::codec::{self, FileWriter};
 use dstl_guest::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 
 use crate::metrics::Metrics;
-use crate::registry::TaskRegistry;
+use crate::registry::{LocalRegistry, TaskRegistry, WriterId};
 use crate::retry::AttemptError;
 use crate::store::{LocalStore, Store, Stores};
 
@@ -157,12 +157,17 @@ impl Uploader {
     }
 }
 
-/// Releases every file reference held by `results` (their writer is gone).
-pub(crate) fn release_results(registry: &TaskRegistry, results: &[UploadResult]) {
+/// Releases every file reference held by `results` of `writer` (it cannot take them).
+pub(crate) fn release_results(
+    registry: &TaskRegistry,
+    local_registry: &LocalRegistry,
+    writer: WriterId,
+    results: &[UploadResult],
+) {
     for result in results {
         registry.release(&result.remote.path);
         if let Some(local) = &result.local {
-            registry.release(&local.handle.path);
+            local_registry.release(writer, &local.handle.path);
         }
     }
 }

@@ -11,57 +11,182 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use dstl_guest::types::{self as t, SnapshotResult, WriterError};
 use tokio::sync::oneshot;
 use wasmtime::component::{ResourceAny, ResourceTable};
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::component::{self as c, Changelog, w};
-use crate::error::Error;
+use crate::component::{self as c, Changelog, WriterComponent, deadline_ticks, w};
+use crate::error::{Error, TrapKind};
+use crate::registry::WriterId;
 use crate::storage::Shared;
 
 /// Store data of one writer's sandbox: what its imports need.
 pub(crate) struct WriterCtx {
     name: String,
+    id: WriterId,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
     stderr: MemoryOutputPipe,
     shared: Arc<Shared>,
     this: Weak<WriterShared>,
-    /// File references delivered to the guest and not yet released by it: what the
-    /// host releases for it if its sandbox traps.
-    held: Held,
+    /// The files the guest holds references to.
+    holdings: Holdings,
+    /// CPU time of the call running now.
+    clock: CallClock,
 }
 
-/// A count of references per file.
-#[derive(Default)]
-struct Held(HashMap<String, u64>);
+/// The CPU time the call running now has used: a call is limited in what it computes.
+/// Time its thread spends blocked in the host (waiting for in-flight capacity in
+/// `schedule`) or waiting for a CPU on a busy machine does not count.
+struct CallClock {
+    started: Duration,
+    budget: Duration,
+}
 
-impl Held {
+impl CallClock {
+    fn new(budget: Duration) -> Self {
+        Self {
+            started: thread_cpu_time(),
+            budget,
+        }
+    }
+
+    fn guest_time(&self) -> Duration {
+        thread_cpu_time().saturating_sub(self.started)
+    }
+}
+
+/// CPU time the calling thread has used (a guest call runs on its caller's thread).
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, and
+    // CLOCK_THREAD_CPUTIME_ID is a valid clock on every platform dstl builds for.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// A guest call the host refuses: the guest named a file it does not hold. The writer is
+/// trapped, since a guest that does this is buggy or hostile.
+#[derive(Debug, thiserror::Error)]
+#[error("guest fault: {0}")]
+pub(crate) struct GuestFault(String);
+
+/// One file the guest holds references to.
+#[derive(Debug)]
+struct Holding {
+    /// Change sets in the file delivered to the guest and not released by it.
+    refs: u64,
+    /// A local copy (owned in the local registry) rather than a store file.
+    local: bool,
+    /// A snapshot naming the file was returned to the caller: a checkpoint may use it.
+    handed_out: bool,
+}
+
+/// The files the guest holds references to, as the host delivered them. The guest may
+/// release, stop tracking or register only these; when its sandbox goes away, the host
+/// releases those no returned snapshot names.
+#[derive(Default)]
+struct Holdings(HashMap<String, Holding>);
+
+impl Holdings {
     fn add(&mut self, results: &[t::UploadResult]) {
         for result in results {
-            *self.0.entry(result.remote.path.clone()).or_default() += 1;
+            self.add_one(&result.remote.path, false);
             if let Some(local) = &result.local {
-                *self.0.entry(local.handle.path.clone()).or_default() += 1;
+                self.add_one(&local.handle.path, true);
             }
         }
     }
 
-    fn forget_one(&mut self, path: &str) {
-        if let Some(count) = self.0.get_mut(path) {
-            *count -= 1;
-            if *count == 0 {
-                self.0.remove(path);
+    fn add_one(&mut self, path: &str, local: bool) {
+        self.0
+            .entry(path.to_string())
+            .or_insert(Holding {
+                refs: 0,
+                local,
+                handed_out: false,
+            })
+            .refs += 1;
+    }
+
+    /// Whether `path` is a held local copy; a fault if the guest does not hold it.
+    fn check(&self, path: &str, operation: &str) -> Result<bool, GuestFault> {
+        match self.0.get(path) {
+            Some(holding) if holding.refs > 0 => Ok(holding.local),
+            _ => Err(GuestFault(format!(
+                "{operation} of {path}, a file this writer does not hold"
+            ))),
+        }
+    }
+
+    /// Drops one reference; whether the file is a local copy.
+    fn release(&mut self, path: &str) -> Result<bool, GuestFault> {
+        let local = self.check(path, "release")?;
+        let holding = self.0.get_mut(path).expect("checked");
+        holding.refs -= 1;
+        if holding.refs == 0 {
+            self.0.remove(path);
+        }
+        Ok(local)
+    }
+
+    /// Marks the files of a snapshot returned to the caller.
+    fn hand_out(&mut self, snapshot: &SnapshotResult) {
+        let entries = snapshot.remote.entries.iter();
+        for entry in entries.chain(snapshot.local.iter().flat_map(|l| &l.entries)) {
+            if let Some(holding) = self.0.get_mut(&entry.handle.path) {
+                holding.handed_out = true;
             }
         }
     }
 
-    fn forget_all(&mut self, path: &str) {
-        self.0.remove(path);
+    /// Local copies the local registry discarded for this writer: the guest forgets them.
+    fn forget(&mut self, paths: &[String]) {
+        for path in paths {
+            self.0.remove(path);
+        }
+    }
+
+    /// Takes the references no returned snapshot covers, to release them. The others stay
+    /// held: a checkpoint the coordinator knows about may still need those files.
+    fn take_unreturned(&mut self) -> Vec<(String, Holding)> {
+        let mut unreturned = Vec::new();
+        self.0.retain(|path, holding| {
+            if !holding.handed_out {
+                let taken = std::mem::replace(&mut holding.refs, 0);
+                unreturned.push((
+                    path.clone(),
+                    Holding {
+                        refs: taken,
+                        local: holding.local,
+                        handed_out: false,
+                    },
+                ));
+            }
+            holding.handed_out
+        });
+        unreturned
+    }
+}
+
+impl WriterCtx {
+    /// Releases every reference the guest holds that no returned snapshot covers: its
+    /// sandbox is gone or closed, so it never will.
+    fn release_unreturned(&mut self) {
+        for (path, holding) in self.holdings.take_unreturned() {
+            for _ in 0..holding.refs {
+                self.shared.release(self.id, &path, holding.local);
+            }
+        }
     }
 }
 
@@ -77,39 +202,67 @@ impl WasiView for WriterCtx {
 impl w::Host for WriterCtx {}
 
 impl c::dstl::changelog::uploader::Host for WriterCtx {
-    fn schedule(&mut self, task: w::UploadTask) -> Result<(), String> {
-        self.shared
-            .scheduler
-            .submit(self.this.clone(), c::from_wit_task(task))
+    fn schedule(&mut self, task: w::UploadTask) -> wasmtime::Result<Result<(), String>> {
+        // Blocks while the in-flight limit is reached: that uses no CPU, so it does not
+        // count against the call's deadline.
+        let result =
+            self.shared
+                .scheduler
+                .submit(self.this.clone(), self.id, c::from_wit_task(task));
+        Ok(result)
     }
 }
 
 impl c::dstl::changelog::registry::Host for WriterCtx {
-    fn release(&mut self, handle: w::StreamHandle) {
-        self.held.forget_one(&handle.path);
-        self.shared.task_registry.release(&handle.path);
+    fn release(&mut self, handle: w::StreamHandle) -> wasmtime::Result<()> {
+        let local = self.holdings.release(&handle.path)?;
+        self.shared.release(self.id, &handle.path, local);
+        Ok(())
     }
 
-    fn stop_tracking(&mut self, handle: w::StreamHandle) {
-        self.held.forget_all(&handle.path);
-        self.shared.task_registry.stop_tracking(&handle.path);
+    fn stop_tracking(&mut self, handle: w::StreamHandle) -> wasmtime::Result<()> {
+        if self.holdings.check(&handle.path, "stop-tracking")? {
+            self.shared
+                .local_registry
+                .stop_tracking(self.id, &handle.path);
+        } else {
+            self.shared.task_registry.stop_tracking(&handle.path);
+        }
+        Ok(())
     }
 }
 
 impl c::dstl::changelog::local_registry::Host for WriterCtx {
-    fn register(&mut self, handle: w::StreamHandle, checkpoint: i64) {
+    fn register(&mut self, handle: w::StreamHandle, checkpoint: i64) -> wasmtime::Result<()> {
+        if !self.holdings.check(&handle.path, "local register")? {
+            return Err(GuestFault(format!(
+                "local register of {}, a store file rather than a local copy",
+                handle.path
+            ))
+            .into());
+        }
         self.shared
             .local_registry
-            .register(&handle.path, checkpoint);
+            .register(self.id, &handle.path, checkpoint);
+        Ok(())
     }
 
-    fn discard_up_to(&mut self, checkpoint: i64) -> Vec<String> {
-        self.shared.local_registry.discard_up_to(checkpoint)
+    fn discard_up_to(&mut self, checkpoint: i64) -> wasmtime::Result<Vec<String>> {
+        let discarded = self
+            .shared
+            .local_registry
+            .discard_up_to(self.id, checkpoint);
+        self.holdings.forget(&discarded);
+        Ok(discarded)
     }
 }
 
 impl c::dstl::changelog::logging::Host for WriterCtx {
-    fn log(&mut self, level: c::dstl::changelog::logging::Level, message: String) {
+    fn log(
+        &mut self,
+        level: c::dstl::changelog::logging::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
         use c::dstl::changelog::logging::Level;
         let writer = &self.name;
         match level {
@@ -119,20 +272,25 @@ impl c::dstl::changelog::logging::Host for WriterCtx {
             Level::Warn => tracing::warn!(writer, "{message}"),
             Level::Error => tracing::error!(writer, "{message}"),
         }
+        Ok(())
     }
 }
 
-/// A sandbox for one component instance, its memory capped at `memory_limit` bytes and
-/// its stderr captured so a guest panic's message reaches the error.
+/// A sandbox for one component instance, its memory capped at `memory_limit` bytes, its
+/// stderr captured so a guest panic's message reaches the error, and each call limited to
+/// `call_timeout` of CPU time.
 pub(crate) fn new_store(
     shared: &Arc<Shared>,
     name: &str,
+    id: WriterId,
     memory_limit: u64,
+    call_timeout: Duration,
     this: Weak<WriterShared>,
 ) -> Store<WriterCtx> {
     let stderr = MemoryOutputPipe::new(64 * 1024);
     let ctx = WriterCtx {
         name: name.to_string(),
+        id,
         wasi: WasiCtx::builder().stderr(stderr.clone()).build(),
         table: ResourceTable::new(),
         limits: StoreLimitsBuilder::new()
@@ -142,11 +300,23 @@ pub(crate) fn new_store(
         stderr,
         shared: shared.clone(),
         this,
-        held: Held::default(),
+        holdings: Holdings::default(),
+        clock: CallClock::new(call_timeout),
     };
     let mut store = Store::new(&shared.wasm.engine, ctx);
     store.limiter(|ctx| &mut ctx.limits);
-    store.set_epoch_deadline(shared.wasm.call_deadline_ticks);
+    store.set_epoch_deadline(deadline_ticks(call_timeout));
+    // The epoch deadline runs on wall time; when it is reached, the call is interrupted
+    // only if its CPU time is used up, and extended by the rest otherwise.
+    store.epoch_deadline_callback(|ctx| {
+        let clock = &ctx.data().clock;
+        let used = clock.guest_time();
+        Ok(if used >= clock.budget {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Continue(deadline_ticks(clock.budget - used))
+        })
+    });
     store
 }
 
@@ -154,15 +324,18 @@ pub(crate) fn new_store(
 pub struct ComponentDecoder {
     store: Store<WriterCtx>,
     bindings: Changelog,
-    deadline_ticks: u64,
+    call_timeout: Duration,
 }
 
 impl ComponentDecoder {
     pub(crate) fn new(shared: &Arc<Shared>) -> Result<Self, Error> {
+        let call_timeout = shared.config.writer_call_timeout;
         let mut store = new_store(
             shared,
             "decoder",
+            0,
             shared.config.writer_memory_limit,
+            call_timeout,
             Weak::new(),
         );
         let bindings = shared
@@ -171,12 +344,13 @@ impl ComponentDecoder {
             .instantiate(&mut store)
             .map_err(|e| Error::Trapped {
                 writer: "decoder".into(),
+                kind: TrapKind::of(&e),
                 cause: format!("{e:#}"),
             })?;
         Ok(Self {
             store,
             bindings,
-            deadline_ticks: shared.wasm.call_deadline_ticks,
+            call_timeout,
         })
     }
 
@@ -184,9 +358,15 @@ impl ComponentDecoder {
         format!("decoder sandbox trapped: {e:#}")
     }
 
+    fn start_call(&mut self) {
+        self.store.data_mut().clock = CallClock::new(self.call_timeout);
+        self.store
+            .set_epoch_deadline(deadline_ticks(self.call_timeout));
+    }
+
     /// A whole file's logical bytes, decoded inside the sandbox.
     pub fn logical_bytes(&mut self, file: &[u8]) -> Result<Vec<u8>, String> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        self.start_call();
         self.bindings
             .dstl_changelog_reader()
             .call_logical_bytes(&mut self.store, file)
@@ -199,7 +379,7 @@ impl ComponentDecoder {
         logical: &[u8],
         offset: u64,
     ) -> Result<Vec<dstl_guest::codec::Change>, String> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        self.start_call();
         let changes = self
             .bindings
             .dstl_changelog_reader()
@@ -238,7 +418,7 @@ type Outcome = Result<SnapshotResult, Error>;
 struct Inner {
     live: Option<Live>,
     /// Why the sandbox is gone, once it trapped.
-    failure: Option<String>,
+    failure: Option<(TrapKind, String)>,
     pending: HashMap<u64, oneshot::Sender<Outcome>>,
     /// Appends not yet handed to the guest (see [`Writer::append`]).
     buffer: Batch,
@@ -284,8 +464,9 @@ impl Batch {
 /// Shared between the [`Writer`] handle and the uploads in flight for it.
 pub(crate) struct WriterShared {
     name: String,
-    /// Epoch ticks one guest call may take.
-    deadline_ticks: u64,
+    id: WriterId,
+    /// CPU time one call may use.
+    call_timeout: Duration,
     config: t::WriterConfig,
     inner: Mutex<Inner>,
     mailbox: Mutex<VecDeque<Letter>>,
@@ -298,9 +479,12 @@ pub struct WriterOptions {
     /// Linear-memory cap of this writer's sandbox; the storage's
     /// `dstl.writer.memory-limit` when `None`.
     pub memory_limit: Option<u64>,
-    /// Deadline of one call into this writer's sandbox; the storage's
+    /// CPU time one call into this writer's sandbox may use; the storage's
     /// `dstl.writer.call-timeout` when `None`.
-    pub call_timeout: Option<std::time::Duration>,
+    pub call_timeout: Option<Duration>,
+    /// Another build of the writer component (it must implement the same WIT world);
+    /// the component built into dstl when `None`.
+    pub component: Option<WriterComponent>,
 }
 
 /// One operator's writer. Calls are serialized; the handle can be shared across threads.
@@ -311,6 +495,7 @@ pub struct Writer {
 impl Writer {
     pub(crate) fn create(
         shared: Arc<Shared>,
+        id: WriterId,
         config: t::WriterConfig,
         options: WriterOptions,
     ) -> Result<Self, Error> {
@@ -318,39 +503,38 @@ impl Writer {
             .memory_limit
             .unwrap_or(shared.config.writer_memory_limit);
         let name = config.name.clone();
-        let deadline_ticks = crate::component::deadline_ticks(
-            options
-                .call_timeout
-                .unwrap_or(shared.config.writer_call_timeout),
-        );
+        let call_timeout = options
+            .call_timeout
+            .unwrap_or(shared.config.writer_call_timeout);
+        let pre = match &options.component {
+            Some(component) => &component.pre,
+            None => &shared.wasm.pre,
+        };
         let mut setup_error = None;
         let writer = Arc::new_cyclic(|this: &Weak<WriterShared>| {
-            let mut store = new_store(&shared, &name, memory_limit, this.clone());
-            let live = shared
-                .wasm
-                .pre
-                .instantiate(&mut store)
-                .and_then(|bindings| {
-                    let resource = bindings
-                        .dstl_changelog_writer()
-                        .writer()
-                        .call_constructor(&mut store, &c::to_wit_config(&config))?;
-                    Ok(Live {
-                        store,
-                        bindings,
-                        resource,
-                    })
-                });
+            let mut store = new_store(&shared, &name, id, memory_limit, call_timeout, this.clone());
+            let live = pre.instantiate(&mut store).and_then(|bindings| {
+                let resource = bindings
+                    .dstl_changelog_writer()
+                    .writer()
+                    .call_constructor(&mut store, &c::to_wit_config(&config))?;
+                Ok(Live {
+                    store,
+                    bindings,
+                    resource,
+                })
+            });
             let live = match live {
                 Ok(live) => Some(live),
                 Err(e) => {
-                    setup_error = Some(format!("{e:#}"));
+                    setup_error = Some((TrapKind::of(&e), format!("{e:#}")));
                     None
                 }
             };
             WriterShared {
                 name: name.clone(),
-                deadline_ticks,
+                id,
+                call_timeout,
                 config: config.clone(),
                 inner: Mutex::new(Inner {
                     live,
@@ -364,9 +548,10 @@ impl Writer {
                 shared: shared.clone(),
             }
         });
-        if let Some(cause) = setup_error {
+        if let Some((kind, cause)) = setup_error {
             return Err(Error::Trapped {
                 writer: name,
+                kind,
                 cause: format!("could not instantiate the writer component: {cause}"),
             });
         }
@@ -376,6 +561,11 @@ impl Writer {
     /// The operator name the writer was created with.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The writer's id in its storage (local copies are owned per writer id).
+    pub fn id(&self) -> WriterId {
+        self.shared.id
     }
 
     /// Appends a data change for `key_group`.
@@ -475,8 +665,8 @@ impl Writer {
 
     /// Closes the open change set (if non-empty) and returns the next sequence number.
     pub fn next_sequence_number(&self) -> Result<u64, Error> {
-        self.call_with(|open, live| {
-            *open.open_bytes = 0;
+        self.call_with(|state, live| {
+            *state.open_bytes = 0;
             let api = live.bindings.dstl_changelog_writer().writer();
             api.call_next_sequence_number(&mut live.store, live.resource)
                 .map(Ok)
@@ -487,7 +677,7 @@ impl Writer {
     /// future completes when the uploads it needs have landed (or failed).
     pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
         let name = self.shared.name.clone();
-        self.call_with(|inner, live| {
+        self.call_with(|state, live| {
             let reply = live
                 .bindings
                 .dstl_changelog_writer()
@@ -495,13 +685,17 @@ impl Writer {
                 .call_persist(&mut live.store, live.resource, from, checkpoint)?;
             // The guest rolled the open change set over unless a precondition failed.
             if matches!(reply, Ok(_) | Err(w::WriterError::UploadFailed(_))) {
-                *inner.open_bytes = 0;
+                *state.open_bytes = 0;
             }
             Ok(reply.map(|reply| match reply {
-                w::PersistReply::Ready(s) => PersistFuture::ready(Ok(c::from_wit_snapshot(s))),
+                w::PersistReply::Ready(s) => {
+                    let snapshot = c::from_wit_snapshot(s);
+                    live.store.data_mut().holdings.hand_out(&snapshot);
+                    PersistFuture::ready(Ok(snapshot))
+                }
                 w::PersistReply::Pending(ticket) => {
                     let (tx, rx) = oneshot::channel();
-                    inner.insert(ticket, tx);
+                    state.tickets.insert(ticket, tx);
                     PersistFuture::waiting(name, rx)
                 }
             }))
@@ -513,7 +707,8 @@ impl Writer {
         self.call(|api, store, r| api.call_truncate(store, r, to))
     }
 
-    /// A checkpoint holding `[from, to)` was confirmed.
+    /// A checkpoint holding `[from, to)` was confirmed. Also after close, where it still
+    /// discards the writer's older local copies.
     pub fn confirm(&self, from: u64, to: u64, checkpoint: i64) -> Result<(), Error> {
         self.call(|api, store, r| api.call_confirm(store, r, from, to, checkpoint))
     }
@@ -525,32 +720,30 @@ impl Writer {
 
     /// Releases change sets from `from` on and closes; pending persists fail with `closed`.
     pub fn truncate_and_close(&self, from: u64) -> Result<(), Error> {
-        self.closing(|pending, live| {
-            let completions = live
-                .bindings
+        self.closing(|live| {
+            live.bindings
                 .dstl_changelog_writer()
                 .writer()
-                .call_truncate_and_close(&mut live.store, live.resource, from)?;
-            Ok(completions.map(|list| pending.resolve(&self.shared.name, list)))
+                .call_truncate_and_close(&mut live.store, live.resource, from)
         })
     }
 
-    /// Closes the writer; pending persists fail with `closed`. Uploads still in flight
-    /// are released when they land.
+    /// Closes the writer; pending persists fail with `closed`. Files no returned snapshot
+    /// names are released; those of returned snapshots stay for a later confirm (or for
+    /// `dstl gc`). Uploads still in flight are released when they land.
     pub fn close(&self) -> Result<(), Error> {
-        self.closing(|pending, live| {
-            let completions = live
-                .bindings
+        self.closing(|live| {
+            live.bindings
                 .dstl_changelog_writer()
                 .writer()
-                .call_close(&mut live.store, live.resource)?;
-            Ok(completions.map(|list| pending.resolve(&self.shared.name, list)))
+                .call_close(&mut live.store, live.resource)
         })
     }
 
     /// Why the sandbox failed, if it trapped.
     pub fn failure(&self) -> Option<String> {
-        self.shared.inner.lock().unwrap().failure.clone()
+        let inner = self.shared.inner.lock().unwrap();
+        inner.failure.as_ref().map(|(_, cause)| cause.clone())
     }
 
     fn call<R>(
@@ -567,22 +760,30 @@ impl Writer {
         })
     }
 
+    /// A call that closes the writer: the writer is marked closed under the same lock, so
+    /// no append can slip in between and be accepted only to be lost.
     fn closing(
         &self,
-        f: impl FnOnce(&mut Pending<'_>, &mut Live) -> wasmtime::Result<Result<(), w::WriterError>>,
+        f: impl FnOnce(&mut Live) -> wasmtime::Result<Result<Vec<w::PersistCompletion>, w::WriterError>>,
     ) -> Result<(), Error> {
-        let result = self.call_with(f);
-        if result.is_ok() {
-            self.shared.inner.lock().unwrap().closed = true;
-        }
-        result
+        let name = self.shared.name.clone();
+        self.call_with(|state, live| {
+            let completions = match f(live)? {
+                Ok(completions) => completions,
+                Err(e) => return Ok(Err(e)),
+            };
+            *state.closed = true;
+            state.resolve(&name, live, completions);
+            live.store.data_mut().release_unreturned();
+            Ok(Ok(()))
+        })
     }
 
     /// Runs one guest call under the writer's lock: delivers waiting upload outcomes and
     /// buffered appends first, and outcomes that arrived meanwhile after.
     fn call_with<R>(
         &self,
-        f: impl FnOnce(&mut Pending<'_>, &mut Live) -> wasmtime::Result<Result<R, w::WriterError>>,
+        f: impl FnOnce(&mut CallState<'_>, &mut Live) -> wasmtime::Result<Result<R, w::WriterError>>,
     ) -> Result<R, Error> {
         let writer = &self.shared;
         let mut inner = writer.inner.lock().unwrap();
@@ -599,12 +800,15 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // Drop the sandbox now; uploads still in flight find the writer gone and release
-        // their files themselves, and pending persists see the writer closed. Files the
-        // writer held stay tracked, as after Flink's close: a checkpoint the coordinator
-        // already knows about may still need them (`dstl gc` collects true orphans).
+        // Drop the sandbox now, releasing the files no returned snapshot names; those of
+        // returned snapshots stay tracked, as after Flink's close: a checkpoint the
+        // coordinator knows about may still need them (`dstl gc` collects true orphans).
+        // Uploads still in flight find the writer gone and release their files
+        // themselves, and pending persists see the writer dropped.
         let mut inner = self.shared.inner.lock().unwrap();
-        inner.live = None;
+        if let Some(mut live) = inner.live.take() {
+            live.store.data_mut().release_unreturned();
+        }
         inner.pending.clear();
         // Outcomes posted while this held the lock: with no sandbox left, delivering them
         // releases their files.
@@ -635,18 +839,17 @@ fn mirror_open_bytes(
     }
 }
 
-/// Tickets of pending persists, as seen inside a writer call.
-struct Pending<'a> {
+/// The writer's host-side state, as seen inside a writer call.
+struct CallState<'a> {
     tickets: &'a mut HashMap<u64, oneshot::Sender<Outcome>>,
     open_bytes: &'a mut u64,
+    closed: &'a mut bool,
 }
 
-impl Pending<'_> {
-    fn insert(&mut self, ticket: u64, tx: oneshot::Sender<Outcome>) {
-        self.tickets.insert(ticket, tx);
-    }
-
-    fn resolve(&mut self, writer: &str, completions: Vec<w::PersistCompletion>) {
+impl CallState<'_> {
+    /// Completes the persists the guest finished; the files of every returned snapshot
+    /// are marked handed out.
+    fn resolve(&mut self, writer: &str, live: &mut Live, completions: Vec<w::PersistCompletion>) {
         for completion in completions {
             let Some(tx) = self.tickets.remove(&completion.ticket) else {
                 tracing::warn!(
@@ -658,7 +861,11 @@ impl Pending<'_> {
             };
             let outcome = completion
                 .outcome
-                .map(c::from_wit_snapshot)
+                .map(|s| {
+                    let snapshot = c::from_wit_snapshot(s);
+                    live.store.data_mut().holdings.hand_out(&snapshot);
+                    snapshot
+                })
                 .map_err(|e| Error::Writer {
                     writer: writer.to_string(),
                     source: c::from_wit_error(e),
@@ -681,22 +888,25 @@ impl WriterShared {
     fn invoke<R>(
         &self,
         inner: &mut Inner,
-        f: impl FnOnce(&mut Pending<'_>, &mut Live) -> wasmtime::Result<Result<R, w::WriterError>>,
+        f: impl FnOnce(&mut CallState<'_>, &mut Live) -> wasmtime::Result<Result<R, w::WriterError>>,
     ) -> Result<R, Error> {
         let outcome = {
             let Inner {
                 live,
                 pending,
                 open_bytes,
+                closed,
                 ..
             } = &mut *inner;
-            let ticks = self.deadline_ticks;
             live.as_mut().map(|live| {
-                live.store.set_epoch_deadline(ticks);
+                live.store.data_mut().clock = CallClock::new(self.call_timeout);
+                live.store
+                    .set_epoch_deadline(deadline_ticks(self.call_timeout));
                 f(
-                    &mut Pending {
+                    &mut CallState {
                         tickets: pending,
                         open_bytes,
+                        closed,
                     },
                     live,
                 )
@@ -765,29 +975,41 @@ impl WriterShared {
             if inner.live.is_none() {
                 // The sandbox is gone: nobody will reference these files.
                 if let Letter::Succeeded { results, .. } = letter {
-                    self.shared.release_results(&results);
+                    self.shared.release_results(self.id, &results);
                 }
                 continue;
             }
             // A trap is handled by `invoke` (the writer is poisoned, its persists fail).
-            let _ = self.invoke(inner, |pending, live| {
+            let name = &self.name;
+            let _ = self.invoke(inner, |state, live| {
                 let api = live.bindings.dstl_changelog_writer().writer();
-                let completions = match letter {
-                    Letter::Succeeded { task, results } => {
-                        live.store.data_mut().held.add(&results);
-                        let results = c::to_wit_results(results);
-                        api.call_on_upload_succeeded(
-                            &mut live.store,
-                            live.resource,
-                            task,
-                            &results,
-                        )?
-                    }
-                    Letter::Failed { task, cause } => {
-                        api.call_on_upload_failed(&mut live.store, live.resource, task, &cause)?
-                    }
-                };
-                pending.resolve(&self.name, completions);
+                let completions =
+                    match letter {
+                        Letter::Succeeded { task, mut results } => {
+                            // A local copy this writer's discard already let go of (between the
+                            // upload's end and this delivery) is not handed to it again.
+                            let local_registry = &self.shared.local_registry;
+                            for result in &mut results {
+                                if result.local.as_ref().is_some_and(|l| {
+                                    !local_registry.claims(self.id, &l.handle.path)
+                                }) {
+                                    result.local = None;
+                                }
+                            }
+                            live.store.data_mut().holdings.add(&results);
+                            let results = c::to_wit_results(results);
+                            api.call_on_upload_succeeded(
+                                &mut live.store,
+                                live.resource,
+                                task,
+                                &results,
+                            )?
+                        }
+                        Letter::Failed { task, cause } => {
+                            api.call_on_upload_failed(&mut live.store, live.resource, task, &cause)?
+                        }
+                    };
+                state.resolve(name, live, completions);
                 Ok(Ok(()))
             });
         }
@@ -795,12 +1017,12 @@ impl WriterShared {
 
     /// The sandbox trapped: drop it and fail every pending persist with the cause.
     fn poison(&self, inner: &mut Inner, trap: wasmtime::Error) {
+        let kind = TrapKind::of(&trap);
         let mut cause = format!("{trap:#}");
-        if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        if kind == TrapKind::Deadline {
             cause = format!(
-                "the call ran past its deadline of {} ms (dstl.writer.call-timeout) and was interrupted: {cause}",
-                self.deadline_ticks.saturating_sub(1)
-                    * crate::component::EPOCH_TICK.as_millis() as u64
+                "the call used up its deadline of {} ms of CPU time (dstl.writer.call-timeout) and was interrupted: {cause}",
+                self.call_timeout.as_millis()
             );
         }
         if let Some(live) = &inner.live {
@@ -810,32 +1032,30 @@ impl WriterShared {
                 cause.push_str(String::from_utf8_lossy(&printed).trim());
             }
         }
-        tracing::error!(writer = %self.name, %cause, "writer sandbox trapped");
+        tracing::error!(writer = %self.name, ?kind, %cause, "writer sandbox trapped");
         self.abandon(inner);
-        inner.failure = Some(cause);
+        inner.failure = Some((kind, cause));
         let error = self.trapped_error(inner);
         for (_, tx) in inner.pending.drain() {
             let _ = tx.send(Err(error.clone()));
         }
     }
 
-    /// Drops a trapped sandbox. The guest's references to uploaded files die with it: they
-    /// are released, so files that no one else needs (no other writer, no confirmed
-    /// checkpoint) are deleted.
+    /// Drops a trapped sandbox. The guest's references to uploaded files die with it:
+    /// those no returned snapshot names are released, so files that no one else needs (no
+    /// other writer, no confirmed checkpoint) are deleted; those of returned snapshots
+    /// stay tracked, since a coordinator may have completed that checkpoint already.
     fn abandon(&self, inner: &mut Inner) {
         if let Some(mut live) = inner.live.take() {
-            for (path, count) in std::mem::take(&mut live.store.data_mut().held.0) {
-                for _ in 0..count {
-                    self.shared.task_registry.release(&path);
-                }
-            }
+            live.store.data_mut().release_unreturned();
         }
     }
 
     fn trapped_error(&self, inner: &Inner) -> Error {
         match &inner.failure {
-            Some(cause) => Error::Trapped {
+            Some((kind, cause)) => Error::Trapped {
                 writer: self.name.clone(),
+                kind: *kind,
                 cause: cause.clone(),
             },
             None => Error::Writer {

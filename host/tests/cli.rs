@@ -7,13 +7,14 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/golden");
+/// The files Apache Flink 2.3.0 wrote, kept in the repository (`tests/golden/`).
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden");
 
 fn golden_dir() -> PathBuf {
     let dir = PathBuf::from(GOLDEN);
     assert!(
         dir.join("README.md").is_file(),
-        "golden files not found at {}: `shared/` must be a sibling of the repository checkout",
+        "golden files not found at {}: the checkout is incomplete",
         dir.display()
     );
     dir
@@ -757,4 +758,57 @@ fn config_prints_effective_values() {
     ] {
         assert!(out.lines().any(|l| l == line), "{line}: {out}");
     }
+}
+
+/// Writers waiting on the in-flight limit for longer than their call deadline carry on:
+/// time blocked in the host is not guest time (the command of the report that found it,
+/// with a tenth of the changes).
+#[test]
+fn back_pressure_longer_than_the_call_deadline_does_not_trap_writers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = ok(
+        tmp.path(),
+        &[
+            "run",
+            "--writers",
+            "4",
+            "--changes",
+            "40000",
+            "--change-size",
+            "1000",
+            "--checkpoint-every",
+            "1000",
+            "--conf",
+            "dstl.dfs.upload.max-in-flight=256kb",
+            "--conf",
+            "dstl.dfs.batch.persist-size-threshold=128kb",
+            "--conf",
+            "dstl.writer.call-timeout=5ms",
+            "--conf",
+            "dstl.dfs.batch.persist-delay=50ms",
+            "--json",
+        ],
+    );
+    let summary = parse_summary(&out);
+    assert_eq!(summary["verified"], Value::Bool(true), "{out}");
+    assert_eq!(count(&summary, "changes"), 40_000);
+}
+
+/// Log lines are plain text when stderr is not a terminal (a file, a pipe, a collector).
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dstl"))
+        .current_dir(tmp.path())
+        .args(["run", "--writers", "1", "--changes", "100", "--json"])
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&["run"], &out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DEBUG"),
+        "debug lines were logged: {stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "no ANSI escapes: {stderr:?}");
 }

@@ -190,3 +190,122 @@ fn gc_lists_and_deletes_only_old_unreferenced_files() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"));
 }
+
+/// Runs `dstl run` for job `job` into `./dstl-data`, its manifests into `manifests`.
+fn run_job(dir: &Path, job: &str, manifests: &str) {
+    stdout(&dstl(
+        dir,
+        &[
+            "run",
+            "--writers",
+            "2",
+            "--changes",
+            "6000",
+            "--checkpoint-every",
+            "1000",
+            "--manifests",
+            manifests,
+            "--conf",
+            &format!("dstl.job-id={job}"),
+            "--conf",
+            "dstl.local-recovery.enabled=true",
+            "--json",
+        ],
+    ));
+}
+
+fn files_of(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Two jobs share a base directory (the usual `<base>/<job-id>/dstl` layout): collecting
+/// either one, with no grace period, never touches the other's files.
+#[test]
+fn gc_of_one_job_leaves_another_job_in_the_same_base_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jobs = [("a".repeat(32), "ma"), ("b".repeat(32), "mb")];
+    for (job, manifests) in &jobs {
+        run_job(tmp.path(), job, manifests);
+    }
+    let base = tmp.path().join("dstl-data");
+    let digests = |manifests: &str| -> Vec<String> {
+        ["op-0", "op-1"]
+            .iter()
+            .map(|w| {
+                stdout(&dstl(
+                    tmp.path(),
+                    &["read", &format!("{manifests}/{w}.json"), "--digest"],
+                ))
+            })
+            .collect()
+    };
+    let before = [digests("ma"), digests("mb")];
+    for (n, (job, manifests)) in jobs.iter().enumerate() {
+        let (other, _) = &jobs[1 - n];
+        let other_files = files_of(&base.join(other).join("dstl"));
+        let other_local = files_of(&base.join("local").join(format!("jid_{other}/taskowned")));
+        assert!(!other_files.is_empty() && !other_local.is_empty());
+        let out = stdout(&dstl(
+            tmp.path(),
+            &["gc", "--manifests", manifests, "--delete", "--grace", "0s"],
+        ));
+        assert!(out.contains(&format!("jobs collected: {job}")), "{out}");
+        assert!(
+            out.contains("jobs skipped") && out.contains(other.as_str()),
+            "{out}"
+        );
+        assert_eq!(
+            files_of(&base.join(other).join("dstl")),
+            other_files,
+            "{out}"
+        );
+        assert_eq!(
+            files_of(&base.join("local").join(format!("jid_{other}/taskowned"))),
+            other_local
+        );
+        // Every manifest of both jobs still reads back the same.
+        assert_eq!([digests("ma"), digests("mb")], before);
+    }
+}
+
+/// A manifest directory with no manifest would make every file look unreferenced: gc
+/// refuses instead of deleting everything past the grace period.
+#[test]
+fn gc_refuses_an_empty_manifest_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_job(tmp.path(), &"c".repeat(32), "m");
+    std::fs::create_dir(tmp.path().join("empty")).unwrap();
+    let before = files_of(
+        &tmp.path()
+            .join("dstl-data")
+            .join("c".repeat(32))
+            .join("dstl"),
+    );
+    let out = dstl(
+        tmp.path(),
+        &["gc", "--manifests", "empty", "--delete", "--grace", "0s"],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("holds no manifest"), "{stderr}");
+    assert_eq!(
+        files_of(
+            &tmp.path()
+                .join("dstl-data")
+                .join("c".repeat(32))
+                .join("dstl")
+        ),
+        before
+    );
+    // A job named explicitly must be a job id.
+    let out = dstl(tmp.path(), &["gc", "--manifests", "m", "--job", "../etc"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid job id `../etc`"),
+        "{out:?}"
+    );
+}

@@ -1,6 +1,8 @@
-//! Shared helpers of the black-box tests: loading the golden files that Apache Flink 2.3.0
-//! wrote (`shared/golden/`, see its README) into plain Rust values.
+//! Shared helpers of the black-box tests: a fault-injecting store ([`fault_store`]), a real
+//! SeaweedFS server per test ([`seaweed`]), and the golden files that Apache Flink 2.3.0
+//! wrote (`tests/golden/`, see its README) as plain Rust values.
 
+pub mod fault_store;
 pub mod seaweed;
 
 use std::path::{Path, PathBuf};
@@ -12,14 +14,14 @@ use sha2::{Digest, Sha256};
 /// The golden sets, each in its own directory under [`golden_dir`].
 pub const GOLDEN_SETS: [&str; 3] = ["plain", "snappy", "snappy-large"];
 
-/// `shared/golden`, a sibling of the repository (in CI too). Panics with a clear message if
-/// it is missing, so a missing checkout is never mistaken for a passing test.
+/// `tests/golden`, the files Apache Flink 2.3.0 wrote, kept in the repository. Panics with
+/// a clear message if it is missing, so a broken checkout is never mistaken for a passing
+/// test.
 pub fn golden_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/golden"));
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/golden"));
     assert!(
         dir.join("README.md").is_file(),
-        "golden files not found at {}: the `shared/` directory must be a sibling of the \
-         repository checkout (it holds the files Apache Flink 2.3.0 wrote)",
+        "golden files not found at {}: the checkout is incomplete",
         dir.display()
     );
     dir

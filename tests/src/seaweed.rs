@@ -120,10 +120,24 @@ impl Seaweed {
 
     fn wait_ready(&mut self) {
         let started = Instant::now();
-        let probe = S3Store::open(&self.settings(), &self.bucket, "", "").unwrap();
+        let probe = S3Store::open(&self.settings(), &self.bucket, "", "ready-probe").unwrap();
+        let mut round = 0u32;
         loop {
             let listening = TcpStream::connect(("127.0.0.1", self.base + 6)).is_ok();
-            if listening && probe.list().is_ok() {
+            // Listing answers before the volume servers do: a write read back proves the
+            // server serves objects, not only its index.
+            round += 1;
+            if listening
+                && probe.list().is_ok()
+                && probe
+                    .create(&format!("probe-{round}"), b"ready")
+                    .and_then(|path| {
+                        let bytes = probe.read(&path)?;
+                        probe.delete(&path)?;
+                        Ok(bytes)
+                    })
+                    .is_ok_and(|bytes| bytes == b"ready")
+            {
                 return;
             }
             if let Some(status) = self

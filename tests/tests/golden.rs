@@ -1,4 +1,4 @@
-//! The files Apache Flink 2.3.0 wrote (`shared/golden/`) must read back exactly as Flink's
+//! The files Apache Flink 2.3.0 wrote (`tests/golden/`) must read back exactly as Flink's
 //! own reader returns them: through the host's reader, and through the writer component's
 //! decoder running in its wasmtime sandbox. Damaged copies must give typed errors naming
 //! the file, never a panic or a trap.

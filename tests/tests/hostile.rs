@@ -319,14 +319,12 @@ fn closing_at_extreme_sequence_numbers_is_safe() {
         let to = w.next_sequence_number().unwrap();
         w.persist(0, 1).unwrap().wait().unwrap();
         w.truncate_and_close(from).unwrap();
-        // Everything after close is a typed Closed error; the number stays frozen.
+        // Everything else after close is a typed Closed error; the number stays frozen.
         for result in [
             w.append(RANGE.start, b"x"),
             w.append_meta(b"x"),
             w.append_batch(&[RANGE.start], &[1], b"x"),
             w.persist(0, 2).map(drop),
-            w.confirm(0, to, 2),
-            w.reset(0, to, 2),
             w.truncate(0),
             w.truncate_and_close(0),
             w.close(),
@@ -334,6 +332,9 @@ fn closing_at_extreme_sequence_numbers_is_safe() {
             let e = writer_error(result, "call after close");
             assert!(matches!(e, WriterError::Closed(_)), "{e:?}");
         }
+        // The coordinator's confirm and abort still work (they discard local copies).
+        w.confirm(0, to, 2).unwrap();
+        w.reset(0, to, 2).unwrap();
         assert_eq!(w.next_sequence_number().unwrap(), to);
         assert_eq!(w.failure(), None);
     }
@@ -603,9 +604,9 @@ fn registry_releases_never_delete_outside_the_store() {
         for path in &hostile {
             registry.start_tracking(path, 1);
             registry.release(path);
-            storage.local_registry().register(path, 1);
+            storage.local_registry().register(1, path, 1);
         }
-        storage.local_registry().discard_up_to(i64::MAX);
+        storage.local_registry().discard_up_to(1, i64::MAX);
         registry.start_tracking(&s(&link), 1);
         registry.release(&s(&link));
         storage.wait_idle();
@@ -656,9 +657,12 @@ fn gc_never_deletes_what_manifests_name_outside_the_store() {
     let manifests = tmp.path().join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
     manifest.store(&manifests.join("op.json")).unwrap();
-    let referenced = dstl::gc::referenced_paths(&manifests).unwrap();
+    let live = dstl::gc::live(&manifests).unwrap();
+    let referenced = live.paths.clone();
     assert!(referenced.contains(&entry.path));
-    let files = dstl::gc::stored_files(storage.config()).unwrap();
+    let files = dstl::gc::stored_files(storage.config(), &live.jobs)
+        .unwrap()
+        .files;
     assert!(
         files
             .iter()
@@ -685,7 +689,7 @@ fn gc_never_deletes_what_manifests_name_outside_the_store() {
     assert!(Path::new(&entry.path).exists(), "the referenced file stays");
     // A manifest that does not parse stops the collection.
     std::fs::write(manifests.join("broken.json"), b"{\"entries\": [").unwrap();
-    assert!(dstl::gc::referenced_paths(&manifests).is_err());
+    assert!(dstl::gc::live(&manifests).is_err());
     // The hostile manifest reads back as a typed error, not a panic.
     let loaded = dstl::manifest::Manifest::load(&manifests.join("op.json")).unwrap();
     assert!(storage.read(&loaded.remote_handle()).is_err());

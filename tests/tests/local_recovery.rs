@@ -235,3 +235,96 @@ fn truncation_releases_local_copies_with_the_remote_files() {
     assert!(remote_files(&snapshot).iter().all(|f| !f.exists()));
     assert!(dir_files(&local_dir).is_empty());
 }
+
+/// Local copies are owned per writer: a file holding change sets of two writers stays
+/// while either still claims it. Writer A confirming a later checkpoint ends A's claim
+/// only; B's confirmed checkpoint keeps its local copy until B moves on too.
+#[test]
+fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.batch.persist-delay=200ms"]);
+    let a = storage.create_writer("a", RANGE).unwrap();
+    let b = storage.create_writer("b", RANGE).unwrap();
+    a.append(0, b"a1").unwrap();
+    b.append(0, b"b1").unwrap();
+    let a_to = a.next_sequence_number().unwrap();
+    let b_to = b.next_sequence_number().unwrap();
+    let (pa, pb) = (a.persist(0, 1).unwrap(), b.persist(0, 1).unwrap());
+    let (a1, b1) = (pa.wait().unwrap(), pb.wait().unwrap());
+    assert_eq!(local_files(&a1), local_files(&b1), "one batch, one file");
+    a.confirm(0, a_to, 1).unwrap();
+    b.confirm(0, b_to, 1).unwrap();
+    let shared = local_files(&b1)[0].clone();
+    // A checkpoints again and confirms: its claim on the shared copy ends.
+    a.append(0, b"a2").unwrap();
+    let (_, a2_to) = persist(&a, a_to, 2);
+    a.confirm(a_to, a2_to, 2).unwrap();
+    storage.wait_idle();
+    assert!(
+        shared.exists(),
+        "b's confirmed checkpoint 1 still needs its local copy"
+    );
+    let path = shared.to_string_lossy().into_owned();
+    assert_eq!(storage.local_registry().owners(&path), vec![b.id()]);
+    let local = b1.local.clone().unwrap();
+    assert_eq!(storage.read(&local).unwrap()[0].value, b"b1");
+    // B moves on as well: nobody claims the copy, so it goes.
+    b.append(0, b"b2").unwrap();
+    let (_, b2_to) = persist(&b, b_to, 2);
+    b.confirm(b_to, b2_to, 2).unwrap();
+    storage.wait_idle();
+    assert!(!shared.exists());
+    assert!(storage.local_registry().owners(&path).is_empty());
+}
+
+/// An abort (reset) by one writer discards only that writer's local copies.
+#[test]
+fn one_writers_reset_keeps_another_writers_local_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &["dstl.dfs.batch.persist-delay=200ms"]);
+    let a = storage.create_writer("a", RANGE).unwrap();
+    let b = storage.create_writer("b", RANGE).unwrap();
+    a.append(0, b"a1").unwrap();
+    b.append(0, b"b1").unwrap();
+    let (pa, pb) = (a.persist(0, 1).unwrap(), b.persist(0, 1).unwrap());
+    let (_a1, b1) = (pa.wait().unwrap(), pb.wait().unwrap());
+    a.reset(0, 1, 1).unwrap();
+    storage.wait_idle();
+    let shared = local_files(&b1)[0].clone();
+    assert!(shared.exists(), "b's snapshot still names its local copy");
+    b.append(0, b"b2").unwrap();
+    let (b2, _) = persist(&b, 0, 2);
+    assert_eq!(local_files(&b2)[0], shared, "b still uses the copy");
+    assert_eq!(storage.read(b2.local.as_ref().unwrap()).unwrap().len(), 2);
+}
+
+/// A confirm that reaches a closed writer still discards its older local copies (Flink
+/// has no closed check there, spec §2.2).
+#[test]
+fn confirm_after_close_discards_local_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"one").unwrap();
+    let (first, to) = persist(&w, 0, 1);
+    w.confirm(0, to, 1).unwrap();
+    w.append(0, b"two").unwrap();
+    let (second, to2) = persist(&w, to, 2);
+    w.close().unwrap();
+    storage.wait_idle();
+    for snapshot in [&first, &second] {
+        assert!(local_files(snapshot)[0].exists());
+    }
+    w.confirm(to, to2, 2).unwrap();
+    storage.wait_idle();
+    assert!(
+        !local_files(&first)[0].exists(),
+        "below checkpoint 2: discarded"
+    );
+    assert!(local_files(&second)[0].exists());
+    w.confirm(to, to2, 3).unwrap();
+    storage.wait_idle();
+    assert!(!local_files(&second)[0].exists());
+    // The remote files of the returned snapshots stay for the coordinator.
+    assert!(remote_files(&second)[0].exists());
+}

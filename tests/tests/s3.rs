@@ -209,8 +209,9 @@ fn gc_finds_and_deletes_orphans_in_the_bucket() {
         .unwrap();
     storage.wait_idle();
     let config = storage.config().clone();
-    let referenced = dstl::gc::referenced_paths(manifests.path()).unwrap();
-    let files = dstl::gc::stored_files(&config).unwrap();
+    let live = dstl::gc::live(manifests.path()).unwrap();
+    let referenced = live.paths.clone();
+    let files = dstl::gc::stored_files(&config, &live.jobs).unwrap().files;
     let young = dstl::gc::classify(
         files.clone(),
         &referenced,

@@ -1,119 +1,27 @@
 //! The shared upload scheduler (spec §3, §4, §5.1–5.3, §9.2; scenarios §11.3–§11.6),
 //! through the wasmtime host, with a real directory behind a store that injects faults.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use dstl::{
-    ChangelogStorage, Config, Error, KeyGroupRange, LocalStore, SnapshotResult, Store, WriterError,
-};
+use dstl::{ChangelogStorage, Config, Error, KeyGroupRange, SnapshotResult, WriterError};
+use dstl_tests::fault_store::{Fault, FaultStore};
 
 const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
 /// Bound for anything that must happen "eventually"; never reached when things work.
 const EVENTUALLY: Duration = Duration::from_secs(60);
 
-/// What the next `create` does.
-#[derive(Clone)]
-enum Fault {
-    /// Fails with an I/O error, writing nothing.
-    Fail,
-    /// Waits until the gate opens, then writes.
-    Hang,
-}
-
-/// A local directory whose creates fail or hang as planned.
-struct FaultyStore {
-    inner: LocalStore,
-    plan: Mutex<VecDeque<Fault>>,
-    gate: Arc<(Mutex<bool>, Condvar)>,
-    creates: Mutex<u32>,
-    /// Fail every create from now on.
-    broken: Mutex<bool>,
-}
-
-impl FaultyStore {
-    fn new(dir: &Path) -> Arc<Self> {
-        Arc::new(Self {
-            inner: LocalStore::open(dir).unwrap(),
-            plan: Mutex::new(VecDeque::new()),
-            gate: Arc::new((Mutex::new(false), Condvar::new())),
-            creates: Mutex::new(0),
-            broken: Mutex::new(false),
-        })
-    }
-
-    fn plan(&self, faults: impl IntoIterator<Item = Fault>) {
-        self.plan.lock().unwrap().extend(faults);
-    }
-
-    fn open_gate(&self) {
-        *self.gate.0.lock().unwrap() = true;
-        self.gate.1.notify_all();
-    }
-
-    fn creates(&self) -> u32 {
-        *self.creates.lock().unwrap()
-    }
-
-    fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(self.inner.dir())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        files
-    }
-}
-
-impl Store for FaultyStore {
-    fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
-        *self.creates.lock().unwrap() += 1;
-        if *self.broken.lock().unwrap() {
-            return Err(std::io::Error::other("injected: the store is down"));
-        }
-        let fault = self.plan.lock().unwrap().pop_front();
-        match fault {
-            Some(Fault::Fail) => return Err(std::io::Error::other("injected: transient failure")),
-            Some(Fault::Hang) => {
-                let (open, cv) = &*self.gate;
-                let mut open = open.lock().unwrap();
-                while !*open {
-                    open = cv.wait(open).unwrap();
-                }
-            }
-            None => {}
-        }
-        self.inner.create(name, bytes)
-    }
-
-    fn delete(&self, path: &str) -> std::io::Result<()> {
-        Store::delete(&self.inner, path)
-    }
-
-    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
-        self.inner.read(path)
-    }
-
-    fn list(&self) -> std::io::Result<Vec<dstl::StoredFile>> {
-        self.inner.list()
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
-fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, Arc<FaultyStore>) {
+fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, Arc<FaultStore>) {
     let mut config = Config {
         base_path: dir.to_path_buf(),
         ..Config::default()
     };
     config.set("dstl.writer.max-writers", "16").unwrap();
     config.apply_pairs(conf.iter().copied()).unwrap();
-    let store = FaultyStore::new(&config.job_dir());
+    let store = FaultStore::new(&config.job_dir());
     let storage = ChangelogStorage::open_with_store(config, store.clone()).unwrap();
     (storage, store)
 }
@@ -297,7 +205,7 @@ fn transient_failures_are_retried_and_leave_one_file() {
 fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=5ms"]);
-    *store.broken.lock().unwrap() = true;
+    store.set_broken(true);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"doomed").unwrap();
     let error = w.persist(0, 1).unwrap().wait().unwrap_err();
@@ -308,7 +216,7 @@ fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
     assert!(cause.contains("injected: the store is down"), "{cause}");
     assert_eq!(store.creates(), 3);
     // Later persists that exclude the failed change set succeed.
-    *store.broken.lock().unwrap() = false;
+    store.set_broken(false);
     let sqn = w.next_sequence_number().unwrap();
     w.append(0, b"fine").unwrap();
     let snapshot = w.persist(sqn, 2).unwrap().wait().unwrap();
@@ -595,7 +503,7 @@ fn metrics_count_uploads_sizes_and_failures() {
     w.persist(to, 7).unwrap().wait().unwrap();
     assert_eq!(storage.metrics().upload_sizes.max, 49);
     // Failures.
-    *store.broken.lock().unwrap() = true;
+    store.set_broken(true);
     for cp in 8..13 {
         let from = w.next_sequence_number().unwrap();
         w.append(0, b"x").unwrap();
@@ -673,4 +581,141 @@ fn closing_the_storage_fails_queued_uploads() {
     // The writer learns about it on its next persist, with a typed error.
     let error = w.persist(0, 2).unwrap_err();
     assert!(matches!(error, Error::Writer { .. }), "{error}");
+}
+
+// ---- waiting in the host is not guest time ----
+
+/// A writer blocked on in-flight capacity (inside its `schedule` import) for far longer
+/// than its call deadline is not interrupted: the deadline counts guest time only.
+#[test]
+fn waiting_for_capacity_does_not_count_against_the_call_deadline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+            "dstl.dfs.upload.max-in-flight=10b",
+            "dstl.dfs.upload.timeout=0",
+            "dstl.writer.call-timeout=5ms",
+        ],
+    );
+    store.plan([Fault::Delay(Duration::from_millis(300))]);
+    let w = storage.create_writer("patient", RANGE).unwrap();
+    w.append(0, &[1; 10]).unwrap();
+    let first = w.persist(0, 1).unwrap();
+    let from = w.next_sequence_number().unwrap();
+    w.append(0, &[2; 10]).unwrap();
+    let started = Instant::now();
+    // The limit is reached: this persist waits ~300 ms for the first upload.
+    let second = w.persist(from, 2).unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "the persist waited for capacity ({:?})",
+        started.elapsed()
+    );
+    assert_eq!(
+        payloads(&storage, &first.wait().unwrap()),
+        vec![vec![1; 10]]
+    );
+    assert_eq!(
+        payloads(&storage, &second.wait().unwrap()),
+        vec![vec![2; 10]]
+    );
+    assert!(w.failure().is_none());
+}
+
+// ---- closing the storage ----
+
+/// An upload still running when the close grace period ends is abandoned: its persist
+/// fails instead of staying pending for as long as the writer lives.
+#[test]
+fn close_fails_persists_whose_uploads_are_still_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.upload.timeout=0",
+            "dstl.dfs.upload.max-attempts=1",
+        ],
+    );
+    store.plan([Fault::Hang]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"hung").unwrap();
+    let pending = w.persist(0, 1).unwrap();
+    let started = Instant::now();
+    storage.close();
+    let closed_after = started.elapsed();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(pending.wait());
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the persist completes at close, not when the writer is dropped");
+    let error = outcome.unwrap_err();
+    assert!(
+        matches!(error.writer_error(), Some(WriterError::UploadFailed(m)) if m.contains("abandoned")),
+        "{error}"
+    );
+    assert!(closed_after < EVENTUALLY);
+    // The writer is still usable and says the storage is closed.
+    assert!(w.persist(0, 2).is_err());
+    store.open_gate();
+}
+
+/// A writer that outlives its storage still has its releases carried out: dropping it
+/// deletes the files no returned snapshot names.
+#[test]
+fn releases_after_close_are_carried_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.preemptive-persist-threshold=10b",
+        ],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, &[5; 20]).unwrap(); // uploaded pre-emptively, named by no snapshot
+    storage.wait_idle();
+    assert_eq!(store.files().len(), 1);
+    storage.close();
+    drop(w);
+    assert!(store.files().is_empty(), "{:?}", store.files());
+}
+
+// ---- deletions ----
+
+/// `dstl.dfs.discard.num-threads` bounds the deletions running at once.
+#[test]
+fn deletions_run_on_at_most_discard_num_threads() {
+    for threads in [1u32, 3] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (storage, store) = open(
+            tmp.path(),
+            &[
+                "dstl.dfs.batch.persist-delay=0",
+                &format!("dstl.dfs.discard.num-threads={threads}"),
+            ],
+        );
+        let w = storage.create_writer("op", RANGE).unwrap();
+        let mut from = 0;
+        for cp in 1..=8 {
+            w.append(0, &[cp as u8; 8]).unwrap();
+            let to = w.next_sequence_number().unwrap();
+            w.persist(from, cp).unwrap().wait().unwrap();
+            from = to;
+        }
+        storage.wait_idle();
+        assert_eq!(store.files().len(), 8);
+        store.set_delete_gate(false);
+        w.truncate(from).unwrap(); // releases all eight files
+        std::thread::sleep(Duration::from_millis(300));
+        store.set_delete_gate(true);
+        storage.wait_idle();
+        assert!(store.files().is_empty());
+        assert_eq!(store.max_concurrent_deletes(), threads);
+    }
 }

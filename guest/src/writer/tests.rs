@@ -1434,8 +1434,6 @@ fn operations_after_close_return_closed() {
             "persist on writer op after it was closed".to_string()
         ))
     );
-    assert_eq!(w.confirm(&mut fx, 0, 0, 1), closed("confirm"));
-    assert_eq!(w.reset(&mut fx, 0, 0, 1), closed("reset"));
     assert_eq!(w.truncate(&mut fx, 0), closed("truncate"));
     assert!(w.is_closed());
     // The open change set was dropped; the number is frozen.
@@ -1443,6 +1441,15 @@ fn operations_after_close_return_closed() {
     assert_eq!(w.active_sequence_number(), 0);
     assert!(fx.scheduled.is_empty());
     assert!(fx.local_discards.is_empty());
+    // The coordinator's confirm and abort still reach the local registry (spec §2.2: no
+    // closed check), and their ranges are still checked.
+    assert_eq!(w.confirm(&mut fx, 0, 0, 1), Ok(()));
+    assert_eq!(w.reset(&mut fx, 0, 0, 2), Ok(()));
+    assert_eq!(fx.local_discards, vec![(1, vec![]), (3, vec![])]);
+    assert!(matches!(
+        w.confirm(&mut fx, 0, 5, 3),
+        Err(WriterError::InvalidRange(_))
+    ));
 }
 
 #[test]
@@ -2036,4 +2043,28 @@ fn uploaded_blocks_decode_to_appended_changes_in_order() {
     let first_block_len = fx.last_task().change_sets[0].block.len() as u64;
     assert_eq!(snapshot.remote.entries[1].offset, first_block_len);
     assert_eq!(snapshot.remote.state_size, 20);
+}
+
+/// A persist waiting for an upload, whose already-uploaded change sets were truncated
+/// meanwhile, completes without registering the released local copies: the writer no
+/// longer holds them (the host would refuse the registration as a guest fault).
+#[test]
+fn a_completing_persist_registers_only_the_local_copies_still_held() {
+    let mut w = local_writer(u64::MAX);
+    let mut fx = Fake::with_local_copies();
+    w.append(&mut fx, KG, b"a").unwrap();
+    let first = pending(w.persist(&mut fx, 0, 1));
+    completed(&upload_all(&mut w, &mut fx), first);
+    w.append(&mut fx, KG, b"b").unwrap();
+    let second = pending(w.persist(&mut fx, 0, 2));
+    w.truncate(&mut fx, 1).unwrap();
+    assert!(fx.is_deleted("local/0"), "change set 0 was released");
+    fx.local_registrations.clear();
+    let snapshot = completed(&upload_all(&mut w, &mut fx), second);
+    assert_eq!(snapshot.remote.entries.len(), 2);
+    assert_eq!(
+        fx.local_registrations,
+        vec![("local/1".to_string(), 2), ("local/1".to_string(), 2)],
+        "only the copy of change set 1, which the writer still holds"
+    );
 }

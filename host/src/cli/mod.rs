@@ -134,9 +134,14 @@ struct BenchArgs {
 struct GcArgs {
     #[command(flatten)]
     target: Target,
-    /// Directory of the manifests of every checkpoint still live.
+    /// Directory of the manifests of every checkpoint still live. Only the jobs they name
+    /// are collected.
     #[arg(long, value_name = "DIR")]
     manifests: PathBuf,
+    /// Also collect this job (32 hex characters), e.g. one whose manifests all expired;
+    /// repeatable.
+    #[arg(long = "job", value_name = "ID", value_parser = dstl::gc::parse_job)]
+    jobs: Vec<String>,
     /// Only files older than this are orphans (a younger one may still be committing).
     #[arg(long, default_value = "1h", value_parser = parse_grace)]
     grace: std::time::Duration,
@@ -394,10 +399,36 @@ fn inspect(path: &Path, values: bool) -> anyhow::Result<()> {
 fn gc(args: GcArgs) -> anyhow::Result<()> {
     let mut config = args.conf.build(DEFAULT_DIR)?;
     args.target.apply(&mut config)?;
-    let referenced = dstl::gc::referenced_paths(&args.manifests)?;
-    let files = dstl::gc::stored_files(&config)?;
-    let report = dstl::gc::classify(files, &referenced, args.grace, std::time::SystemTime::now());
+    let live = dstl::gc::live(&args.manifests)?;
+    let mut jobs = live.jobs.clone();
+    jobs.extend(args.jobs.iter().cloned());
+    let listing = dstl::gc::stored_files(&config, &jobs)?;
+    let referenced = &live.paths;
+    let report = dstl::gc::classify(
+        listing.files,
+        referenced,
+        args.grace,
+        std::time::SystemTime::now(),
+    );
     let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "jobs collected: {}",
+        jobs.iter().cloned().collect::<Vec<_>>().join(", ")
+    )?;
+    if !listing.skipped_jobs.is_empty() {
+        writeln!(
+            out,
+            "jobs skipped (no manifest in {} names them; pass --job ID to collect one): {}",
+            args.manifests.display(),
+            listing
+                .skipped_jobs
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+    }
     for orphan in &report.orphans {
         writeln!(
             out,

@@ -3,7 +3,7 @@
 //! directory entry is fsync'd before the write counts.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::{Store, StoredFile};
@@ -12,15 +12,31 @@ use super::{Store, StoredFile};
 #[derive(Debug, Clone)]
 pub struct LocalStore {
     dir: PathBuf,
+    /// Bytes gathered before one `write` (`dstl.dfs.upload.buffer-size`).
+    buffer_size: usize,
 }
 
+/// Flink's default `dstl.dfs.upload.buffer-size`.
+const DEFAULT_BUFFER_SIZE: usize = 1 << 20;
+
 impl LocalStore {
-    /// A store writing into `dir`, created if missing. The path is made absolute so
-    /// handles name files independently of the working directory.
+    /// A store writing into `dir`, created if missing (durably: see
+    /// [`create_dirs_durably`]). The path is made absolute so handles name files
+    /// independently of the working directory.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
-        fs::create_dir_all(dir)?;
+        create_dirs_durably(dir)?;
         let dir = fs::canonicalize(dir)?;
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+        })
+    }
+
+    /// Writes files through a buffer of `bytes`: change-set blocks smaller than it are
+    /// gathered into writes of that size, larger ones are written directly.
+    pub fn with_buffer_size(mut self, bytes: usize) -> Self {
+        self.buffer_size = bytes.max(1);
+        self
     }
 
     /// The directory.
@@ -83,10 +99,11 @@ impl LocalStore {
         let staging = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let mut linked = false;
         let result = (|| {
-            let mut file = File::create_new(&staging)?;
+            let mut file = BufWriter::with_capacity(self.buffer_size, File::create_new(&staging)?);
             for part in parts {
                 file.write_all(part)?;
             }
+            let file = file.into_inner().map_err(|e| e.into_error())?;
             file.sync_all()?;
             drop(file);
             // A hard link creates the name only if it is free, so a file is never
@@ -132,6 +149,31 @@ impl Store for LocalStore {
     }
 }
 
+/// Creates `dir` and its missing parents, and fsyncs the parent of every directory it
+/// creates: without that, a power loss can take a new directory, and the files already
+/// acknowledged in it, away. Returns the directories created, outermost first.
+pub fn create_dirs_durably(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    let mut next = Some(dir);
+    while let Some(d) = next.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d.to_path_buf());
+        next = d.parent();
+    }
+    missing.reverse();
+    for d in &missing {
+        match fs::create_dir(d) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let parent = d
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(missing)
+}
+
 /// Reads a whole file.
 pub fn read(path: &str) -> std::io::Result<Vec<u8>> {
     fs::read(path)
@@ -148,6 +190,42 @@ pub fn delete(path: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_directories_are_created_one_by_one_and_their_parents_synced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("base/job/dstl");
+        let created = create_dirs_durably(&dir).unwrap();
+        assert_eq!(
+            created,
+            vec![
+                tmp.path().join("base"),
+                tmp.path().join("base/job"),
+                tmp.path().join("base/job/dstl")
+            ]
+        );
+        assert!(dir.is_dir());
+        assert!(create_dirs_durably(&dir).unwrap().is_empty());
+        // Opening a store goes through it.
+        let store_dir = tmp.path().join("base/other/dstl");
+        LocalStore::open(&store_dir).unwrap();
+        assert!(store_dir.is_dir());
+    }
+
+    #[test]
+    fn parts_smaller_than_the_buffer_are_gathered() {
+        let tmp = tempfile::tempdir().unwrap();
+        for buffer in [1, 3, 1 << 20] {
+            let store = LocalStore::open(tmp.path())
+                .unwrap()
+                .with_buffer_size(buffer);
+            let name = format!("f{buffer}");
+            let path = store
+                .create_parts(&name, &[b"ab", b"", b"cdefg", b"h"])
+                .unwrap();
+            assert_eq!(fs::read(path).unwrap(), b"abcdefgh");
+        }
+    }
 
     #[test]
     fn create_is_whole_and_never_overwrites() {

@@ -1,0 +1,272 @@
+//! The sandbox boundary, tested with a misbehaving writer component built for the
+//! purpose (`tests/hostile-guest/`): a guest is not trusted, so the host accepts
+//! `release`, `stop-tracking` and local `register` only for files that writer holds and
+//! traps a writer that asks for anything else; time a writer spends blocked in the host
+//! does not count against its call deadline, while guest computation still does.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dstl::{
+    ChangelogStorage, Config, Error, KeyGroupRange, SnapshotResult, TrapKind, Writer,
+    WriterComponent, WriterOptions,
+};
+
+const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+
+/// The misbehaving component, as `tests/build.rs` built it.
+const HOSTILE: &[u8] = include_bytes!(env!("DSTL_HOSTILE_GUEST_WASM"));
+
+fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, WriterComponent) {
+    let mut config = Config {
+        base_path: dir.to_path_buf(),
+        ..Config::default()
+    };
+    config.set("dstl.writer.max-writers", "8").unwrap();
+    config.apply_pairs(conf.iter().copied()).unwrap();
+    let storage = ChangelogStorage::open(config).unwrap();
+    let hostile = storage.compile_component(HOSTILE).unwrap();
+    (storage, hostile)
+}
+
+fn hostile(
+    storage: &ChangelogStorage,
+    component: &WriterComponent,
+    options: WriterOptions,
+) -> Writer {
+    storage
+        .create_writer_with(
+            "hostile",
+            RANGE,
+            WriterOptions {
+                component: Some(component.clone()),
+                ..options
+            },
+        )
+        .unwrap()
+}
+
+/// Runs a command in the hostile guest (see its crate docs): a packed batch goes to the
+/// guest at once, unlike single appends, which the host buffers.
+fn command(writer: &Writer, command: &str) -> Result<(), Error> {
+    writer.append_batch(&[-1], &[command.len() as u32], command.as_bytes())
+}
+
+/// A healthy writer's checkpoint, returned to the caller.
+fn checkpoint(storage: &ChangelogStorage, value: &[u8]) -> (Writer, SnapshotResult) {
+    let w = storage.create_writer("healthy", RANGE).unwrap();
+    w.append(1, value).unwrap();
+    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
+    storage.wait_idle();
+    (w, snapshot)
+}
+
+fn expect_trap(result: Result<(), Error>, expected: TrapKind, mentions: &str) -> String {
+    match result {
+        Err(Error::Trapped {
+            writer,
+            kind,
+            cause,
+        }) => {
+            assert_eq!(writer, "hostile");
+            assert_eq!(kind, expected, "{cause}");
+            assert!(cause.contains(mentions), "{cause}");
+            cause
+        }
+        other => panic!("expected a {expected:?} trap, got {other:?}"),
+    }
+}
+
+fn remote_path(snapshot: &SnapshotResult) -> String {
+    snapshot.remote.entries[0].handle.path.clone()
+}
+
+#[test]
+fn releasing_another_writers_file_traps_the_releaser_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &[]);
+    let (healthy, snapshot) = checkpoint(&storage, b"precious");
+    let path = remote_path(&snapshot);
+    let count = storage.task_registry().count(&path);
+    assert_eq!(count, Some(1));
+    let h = hostile(&storage, &component, WriterOptions::default());
+    let cause = expect_trap(
+        command(&h, &format!("release {path}")),
+        TrapKind::GuestFault,
+        &path,
+    );
+    assert!(cause.contains("does not hold"), "{cause}");
+    storage.wait_idle();
+    assert!(
+        Path::new(&path).exists(),
+        "the other writer's file survives"
+    );
+    assert_eq!(storage.task_registry().count(&path), count);
+    // The trapped writer stays failed; the healthy one carries on.
+    assert!(matches!(
+        command(&h, "discard 1"),
+        Err(Error::Trapped {
+            kind: TrapKind::GuestFault,
+            ..
+        })
+    ));
+    assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
+    healthy.append(2, b"more").unwrap();
+    healthy.persist(0, 2).unwrap().wait().unwrap();
+}
+
+#[test]
+fn stop_tracking_another_writers_file_traps_the_caller() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &[]);
+    let (_healthy, snapshot) = checkpoint(&storage, b"tracked");
+    let path = remote_path(&snapshot);
+    let h = hostile(&storage, &component, WriterOptions::default());
+    expect_trap(
+        command(&h, &format!("stop-tracking {path}")),
+        TrapKind::GuestFault,
+        &path,
+    );
+    // Still tracked: a later release by its owner would delete it as it should.
+    assert_eq!(storage.task_registry().count(&path), Some(1));
+}
+
+#[test]
+fn registering_another_writers_local_copy_traps_and_discards_touch_only_own_claims() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &["dstl.local-recovery.enabled=true"]);
+    let (healthy, snapshot) = checkpoint(&storage, b"local");
+    let local = snapshot.local.as_ref().unwrap().entries[0]
+        .handle
+        .path
+        .clone();
+    assert!(Path::new(&local).exists());
+    // A discard by a writer that claims nothing discards nothing.
+    let bystander = hostile(&storage, &component, WriterOptions::default());
+    command(&bystander, "discard 1000").unwrap();
+    storage.wait_idle();
+    assert!(Path::new(&local).exists());
+    // Registering someone else's copy (to have it discarded) is a guest fault.
+    let h = hostile(&storage, &component, WriterOptions::default());
+    expect_trap(
+        command(&h, &format!("register {local} 1")),
+        TrapKind::GuestFault,
+        &local,
+    );
+    storage.wait_idle();
+    assert!(Path::new(&local).exists());
+    assert_eq!(storage.local_registry().owners(&local), vec![healthy.id()]);
+    let local_handle = snapshot.local.clone().unwrap();
+    assert_eq!(storage.read(&local_handle).unwrap().len(), 1);
+}
+
+#[test]
+fn a_guest_that_computes_past_its_deadline_is_still_interrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &[]);
+    let h = hostile(
+        &storage,
+        &component,
+        WriterOptions {
+            call_timeout: Some(Duration::from_millis(50)),
+            ..Default::default()
+        },
+    );
+    let started = std::time::Instant::now();
+    expect_trap(command(&h, "spin"), TrapKind::Deadline, "deadline of 50 ms");
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    let (_healthy, snapshot) = checkpoint(&storage, b"unaffected");
+    assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
+}
+
+#[test]
+fn waiting_in_the_host_does_not_use_up_the_deadline() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Uploads fail and are retried after 300 ms, their bytes in flight all the while, so
+    // the second schedule blocks on the in-flight limit for about that long.
+    let (storage, component) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=10b",
+            "dstl.dfs.upload.max-in-flight=10b",
+            "dstl.dfs.upload.max-attempts=2",
+            "dstl.dfs.upload.next-attempt-delay=300ms",
+        ],
+    );
+    let dir = storage.config().job_dir();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory: every upload fails").unwrap();
+    let h = hostile(
+        &storage,
+        &component,
+        WriterOptions {
+            call_timeout: Some(Duration::from_millis(20)),
+            ..Default::default()
+        },
+    );
+    command(&h, "schedule 10").unwrap();
+    let started = std::time::Instant::now();
+    command(&h, "schedule 10").unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "the second schedule waited for capacity ({:?})",
+        started.elapsed()
+    );
+    assert!(h.failure().is_none());
+}
+
+#[test]
+fn panics_and_memory_growth_trap_with_their_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &[]);
+    let h = hostile(&storage, &component, WriterOptions::default());
+    let cause = expect_trap(command(&h, "panic on purpose"), TrapKind::GuestPanic, "");
+    assert!(cause.contains("on purpose"), "the guest's message: {cause}");
+    let h = hostile(
+        &storage,
+        &component,
+        WriterOptions {
+            memory_limit: Some(4 << 20),
+            ..Default::default()
+        },
+    );
+    expect_trap(
+        command(&h, "grow 16000000"),
+        TrapKind::MemoryLimit,
+        "memory",
+    );
+}
+
+#[test]
+fn a_component_that_is_not_a_writer_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, _) = open(tmp.path(), &[]);
+    let error = storage.compile_component(b"\0asm not really").unwrap_err();
+    assert!(matches!(error, Error::Setup(_)), "{error}");
+}
+
+/// Files of returned snapshots outlive a dropped writer; uploads nobody was told about
+/// do not.
+#[test]
+fn a_dropped_writer_releases_only_what_no_returned_snapshot_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, _) = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1kb"]);
+    let (healthy, snapshot) = checkpoint(&storage, b"returned");
+    healthy.append(3, &[9; 2048]).unwrap(); // a pre-emptive upload, in no snapshot
+    storage.wait_idle();
+    let job_dir = storage.config().job_dir();
+    let files = || -> Vec<PathBuf> {
+        let mut f: Vec<PathBuf> = std::fs::read_dir(&job_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        f.sort();
+        f
+    };
+    assert_eq!(files().len(), 2);
+    drop(healthy);
+    storage.wait_idle();
+    assert_eq!(files(), vec![PathBuf::from(remote_path(&snapshot))]);
+    assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
+}
