@@ -15,7 +15,12 @@ fn main() {
     let wasm = build_component::build(
         "dstl-guest",
         "dstl_guest",
-        &["guest/src", "guest/Cargo.toml"],
+        &[
+            "guest/src",
+            "guest/Cargo.toml",
+            "proto/src",
+            "proto/Cargo.toml",
+        ],
     );
     println!("cargo:rustc-env=DSTL_GUEST_WASM_PATH={}", wasm.display());
 }

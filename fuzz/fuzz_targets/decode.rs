@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use dstl_guest::codec::{self, Change, ChangeSetReader};
+use dstl_proto::codec::{self, Change, ChangeSetReader};
 use libfuzzer_sys::fuzz_target;
 
 /// Changes grouped by key group, each group in order: what the format preserves.

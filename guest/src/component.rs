@@ -3,16 +3,16 @@
 
 use std::cell::RefCell;
 
-use crate::codec;
-use crate::types as t;
-use crate::writer::{Effects, Writer};
+use dstl_proto::codec;
+use dstl_proto::types as domain;
+use dstl_proto::writer::{Effects, Writer};
 
 wit_bindgen::generate!({
     world: "changelog",
     path: "../wit",
 });
 
-use dstl::changelog::types as w;
+use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
 use exports::dstl::changelog::reader::Guest as ReaderGuest;
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
@@ -23,13 +23,13 @@ struct Component;
 struct HostEffects;
 
 impl Effects for HostEffects {
-    fn schedule(&mut self, task: t::UploadTask) -> Result<(), String> {
-        uploader::schedule(&w::UploadTask {
+    fn schedule(&mut self, task: domain::UploadTask) -> Result<(), String> {
+        uploader::schedule(&wit::UploadTask {
             id: task.id,
             change_sets: task
                 .change_sets
                 .into_iter()
-                .map(|c| w::ChangeSetBlock {
+                .map(|c| wit::ChangeSetBlock {
                     sequence_number: c.sequence_number,
                     size: c.size,
                     block: c.block,
@@ -38,61 +38,61 @@ impl Effects for HostEffects {
         })
     }
 
-    fn release(&mut self, handle: &t::StreamHandle) {
+    fn release(&mut self, handle: &domain::StreamHandle) {
         registry::release(&to_wit_stream(handle));
     }
 
-    fn stop_tracking(&mut self, handle: &t::StreamHandle) {
+    fn stop_tracking(&mut self, handle: &domain::StreamHandle) {
         registry::stop_tracking(&to_wit_stream(handle));
     }
 
-    fn local_register(&mut self, handle: &t::StreamHandle, checkpoint: t::CheckpointId) {
+    fn local_register(&mut self, handle: &domain::StreamHandle, checkpoint: domain::CheckpointId) {
         local_registry::register(&to_wit_stream(handle), checkpoint);
     }
 
-    fn local_discard_up_to(&mut self, checkpoint: t::CheckpointId) -> Vec<String> {
+    fn local_discard_up_to(&mut self, checkpoint: domain::CheckpointId) -> Vec<String> {
         local_registry::discard_up_to(checkpoint)
     }
 
-    fn log(&mut self, level: t::Level, message: &str) {
+    fn log(&mut self, level: domain::Level, message: &str) {
         let level = match level {
-            t::Level::Trace => logging::Level::Trace,
-            t::Level::Debug => logging::Level::Debug,
-            t::Level::Info => logging::Level::Info,
-            t::Level::Warn => logging::Level::Warn,
-            t::Level::Error => logging::Level::Error,
+            domain::Level::Trace => logging::Level::Trace,
+            domain::Level::Debug => logging::Level::Debug,
+            domain::Level::Info => logging::Level::Info,
+            domain::Level::Warn => logging::Level::Warn,
+            domain::Level::Error => logging::Level::Error,
         };
         logging::log(level, message);
     }
 }
 
-fn to_wit_stream(h: &t::StreamHandle) -> w::StreamHandle {
-    w::StreamHandle {
+fn to_wit_stream(h: &domain::StreamHandle) -> wit::StreamHandle {
+    wit::StreamHandle {
         path: h.path.clone(),
         file_size: h.file_size,
     }
 }
 
-fn from_wit_stream(h: w::StreamHandle) -> t::StreamHandle {
-    t::StreamHandle {
+fn from_wit_stream(h: wit::StreamHandle) -> domain::StreamHandle {
+    domain::StreamHandle {
         path: h.path,
         file_size: h.file_size,
     }
 }
 
-fn to_wit_range(r: t::KeyGroupRange) -> w::KeyGroupRange {
-    w::KeyGroupRange {
+fn to_wit_range(r: domain::KeyGroupRange) -> wit::KeyGroupRange {
+    wit::KeyGroupRange {
         start: r.start,
         end: r.end,
     }
 }
 
-fn to_wit_handle(h: t::ChangelogHandle) -> w::ChangelogHandle {
-    w::ChangelogHandle {
+fn to_wit_handle(h: domain::ChangelogHandle) -> wit::ChangelogHandle {
+    wit::ChangelogHandle {
         entries: h
             .entries
             .into_iter()
-            .map(|e| w::HandleEntry {
+            .map(|e| wit::HandleEntry {
                 handle: to_wit_stream(&e.handle),
                 offset: e.offset,
                 size: e.size,
@@ -105,28 +105,28 @@ fn to_wit_handle(h: t::ChangelogHandle) -> w::ChangelogHandle {
     }
 }
 
-fn to_wit_snapshot(s: t::SnapshotResult) -> w::SnapshotResult {
-    w::SnapshotResult {
+fn to_wit_snapshot(s: domain::SnapshotResult) -> wit::SnapshotResult {
+    wit::SnapshotResult {
         remote: to_wit_handle(s.remote),
         local: s.local.map(to_wit_handle),
     }
 }
 
-fn to_wit_error(e: t::WriterError) -> w::WriterError {
+fn to_wit_error(e: domain::WriterError) -> wit::WriterError {
     match e {
-        t::WriterError::Closed(m) => w::WriterError::Closed(m),
-        t::WriterError::Truncated(m) => w::WriterError::Truncated(m),
-        t::WriterError::NotYetAppended(m) => w::WriterError::NotYetAppended(m),
-        t::WriterError::AlreadyFailed(m) => w::WriterError::AlreadyFailed(m),
-        t::WriterError::InvalidRange(m) => w::WriterError::InvalidRange(m),
-        t::WriterError::InvalidArgument(m) => w::WriterError::InvalidArgument(m),
-        t::WriterError::UploadFailed(m) => w::WriterError::UploadFailed(m),
+        domain::WriterError::Closed(m) => wit::WriterError::Closed(m),
+        domain::WriterError::Truncated(m) => wit::WriterError::Truncated(m),
+        domain::WriterError::NotYetAppended(m) => wit::WriterError::NotYetAppended(m),
+        domain::WriterError::AlreadyFailed(m) => wit::WriterError::AlreadyFailed(m),
+        domain::WriterError::InvalidRange(m) => wit::WriterError::InvalidRange(m),
+        domain::WriterError::InvalidArgument(m) => wit::WriterError::InvalidArgument(m),
+        domain::WriterError::UploadFailed(m) => wit::WriterError::UploadFailed(m),
     }
 }
 
-fn to_wit_completions(list: Vec<t::PersistCompletion>) -> Vec<w::PersistCompletion> {
+fn to_wit_completions(list: Vec<domain::PersistCompletion>) -> Vec<wit::PersistCompletion> {
     list.into_iter()
-        .map(|c| w::PersistCompletion {
+        .map(|c| wit::PersistCompletion {
             ticket: c.ticket,
             outcome: c.outcome.map(to_wit_snapshot).map_err(to_wit_error),
         })
@@ -135,13 +135,13 @@ fn to_wit_completions(list: Vec<t::PersistCompletion>) -> Vec<w::PersistCompleti
 
 /// The exported resource. A constructor cannot fail in WIT, so a bad configuration is
 /// kept and reported by every call.
-struct WriterResource(RefCell<Result<Writer, t::WriterError>>);
+struct WriterResource(RefCell<Result<Writer, domain::WriterError>>);
 
 impl WriterResource {
     fn with<R>(
         &self,
-        f: impl FnOnce(&mut Writer, &mut HostEffects) -> Result<R, t::WriterError>,
-    ) -> Result<R, w::WriterError> {
+        f: impl FnOnce(&mut Writer, &mut HostEffects) -> Result<R, domain::WriterError>,
+    ) -> Result<R, wit::WriterError> {
         match &mut *self.0.borrow_mut() {
             Ok(writer) => f(writer, &mut HostEffects).map_err(to_wit_error),
             Err(e) => Err(to_wit_error(e.clone())),
@@ -150,10 +150,10 @@ impl WriterResource {
 }
 
 impl GuestWriter for WriterResource {
-    fn new(config: w::WriterConfig) -> Self {
-        Self(RefCell::new(Writer::new(t::WriterConfig {
+    fn new(config: wit::WriterConfig) -> Self {
+        Self(RefCell::new(Writer::new(domain::WriterConfig {
             name: config.name,
-            key_group_range: t::KeyGroupRange {
+            key_group_range: domain::KeyGroupRange {
                 start: config.key_group_range.start,
                 end: config.key_group_range.end,
             },
@@ -162,7 +162,7 @@ impl GuestWriter for WriterResource {
         })))
     }
 
-    fn append(&self, key_group: i32, value: Vec<u8>) -> Result<(), w::WriterError> {
+    fn append(&self, key_group: i32, value: Vec<u8>) -> Result<(), wit::WriterError> {
         self.with(|wr, fx| wr.append(fx, key_group, &value))
     }
 
@@ -171,14 +171,14 @@ impl GuestWriter for WriterResource {
         key_groups: Vec<i32>,
         lengths: Vec<u32>,
         data: Vec<u8>,
-    ) -> Result<u64, w::WriterError> {
+    ) -> Result<u64, wit::WriterError> {
         self.with(|wr, fx| {
             wr.append_batch(fx, &key_groups, &lengths, &data)?;
             Ok(wr.open_bytes())
         })
     }
 
-    fn append_meta(&self, value: Vec<u8>) -> Result<(), w::WriterError> {
+    fn append_meta(&self, value: Vec<u8>) -> Result<(), wit::WriterError> {
         self.with(|wr, fx| wr.append_meta(fx, &value))
     }
 
@@ -191,47 +191,50 @@ impl GuestWriter for WriterResource {
             .unwrap_or(0)
     }
 
-    fn persist(&self, start: u64, checkpoint: i64) -> Result<w::PersistReply, w::WriterError> {
+    fn persist(&self, start: u64, checkpoint: i64) -> Result<wit::PersistReply, wit::WriterError> {
         self.with(|wr, fx| wr.persist(fx, start, checkpoint))
             .map(|r| match r {
-                t::PersistReply::Ready(s) => w::PersistReply::Ready(to_wit_snapshot(s)),
-                t::PersistReply::Pending(ticket) => w::PersistReply::Pending(ticket),
+                domain::PersistReply::Ready(s) => wit::PersistReply::Ready(to_wit_snapshot(s)),
+                domain::PersistReply::Pending(ticket) => wit::PersistReply::Pending(ticket),
             })
     }
 
-    fn truncate(&self, to: u64) -> Result<(), w::WriterError> {
+    fn truncate(&self, to: u64) -> Result<(), wit::WriterError> {
         self.with(|wr, fx| wr.truncate(fx, to))
     }
 
-    fn truncate_and_close(&self, start: u64) -> Result<Vec<w::PersistCompletion>, w::WriterError> {
+    fn truncate_and_close(
+        &self,
+        start: u64,
+    ) -> Result<Vec<wit::PersistCompletion>, wit::WriterError> {
         self.with(|wr, fx| wr.truncate_and_close(fx, start))
             .map(to_wit_completions)
     }
 
-    fn confirm(&self, start: u64, end: u64, checkpoint: i64) -> Result<(), w::WriterError> {
+    fn confirm(&self, start: u64, end: u64, checkpoint: i64) -> Result<(), wit::WriterError> {
         self.with(|wr, fx| wr.confirm(fx, start, end, checkpoint))
     }
 
-    fn reset(&self, start: u64, end: u64, checkpoint: i64) -> Result<(), w::WriterError> {
+    fn reset(&self, start: u64, end: u64, checkpoint: i64) -> Result<(), wit::WriterError> {
         self.with(|wr, fx| wr.reset(fx, start, end, checkpoint))
     }
 
-    fn close(&self) -> Result<Vec<w::PersistCompletion>, w::WriterError> {
+    fn close(&self) -> Result<Vec<wit::PersistCompletion>, wit::WriterError> {
         self.with(|wr, fx| wr.close(fx)).map(to_wit_completions)
     }
 
     fn on_upload_succeeded(
         &self,
         task: u64,
-        results: Vec<w::UploadResult>,
-    ) -> Vec<w::PersistCompletion> {
+        results: Vec<wit::UploadResult>,
+    ) -> Vec<wit::PersistCompletion> {
         let results = results
             .into_iter()
-            .map(|r| t::UploadResult {
+            .map(|r| domain::UploadResult {
                 sequence_number: r.sequence_number,
                 remote: from_wit_stream(r.remote),
                 offset: r.offset,
-                local: r.local.map(|l| t::LocalCopy {
+                local: r.local.map(|l| domain::LocalCopy {
                     handle: from_wit_stream(l.handle),
                     offset: l.offset,
                 }),
@@ -243,7 +246,7 @@ impl GuestWriter for WriterResource {
             .unwrap_or_default()
     }
 
-    fn on_upload_failed(&self, task: u64, cause: String) -> Vec<w::PersistCompletion> {
+    fn on_upload_failed(&self, task: u64, cause: String) -> Vec<wit::PersistCompletion> {
         self.with(|wr, fx| Ok(wr.on_upload_failed(fx, task, &cause)))
             .map(to_wit_completions)
             .unwrap_or_default()
@@ -255,12 +258,12 @@ impl WriterGuest for Component {
 }
 
 impl ReaderGuest for Component {
-    fn decode_change_set(logical: Vec<u8>, offset: u64) -> Result<Vec<w::Change>, String> {
+    fn decode_change_set(logical: Vec<u8>, offset: u64) -> Result<Vec<wit::Change>, String> {
         codec::decode_change_set(&logical, offset)
             .map(|changes| {
                 changes
                     .into_iter()
-                    .map(|c| w::Change {
+                    .map(|c| wit::Change {
                         key_group: c.key_group,
                         value: c.value,
                     })

@@ -1,17 +1,9 @@
-//! The dstl writer component.
+//! The dstl writer component: exports the writer state machine and the codec of
+//! `dstl-proto` through the WIT world `dstl:changelog/changelog`, and implements the
+//! writer's effects with the host's imports.
 //!
-//! - [`writer`]: the writer as a sans-IO state machine (spec §2), driven by calls from the
-//!   operator and by upload outcomes that the host delivers.
-//! - [`codec`]: the changelog file format (spec §6), the only place that knows its bytes.
-//!   The host links this crate natively to read files, so the format is never written twice.
-//! - `component` (wasm32 only): the wit-bindgen glue that exports both through `wit/`.
-//!
-//! The bindings compile only for `wasm32`: natively this crate is a plain library whose
-//! logic unit-tests without a runtime.
-
-pub mod codec;
-pub mod types;
-pub mod writer;
+//! The bindings compile only for `wasm32`; natively this crate is empty (the logic and
+//! its unit tests live in `dstl-proto`).
 
 #[cfg(target_arch = "wasm32")]
 mod component;

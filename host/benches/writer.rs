@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dstl::{ChangelogStorage, Config, KeyGroupRange, Writer};
-use dstl_guest::codec::{decode_change_set, encode_change_set, encode_file, logical_bytes};
+use dstl_proto::codec::{decode_change_set, encode_change_set, encode_file, logical_bytes};
 
 /// Payload bytes of every change.
 const VALUE_LEN: usize = 100;

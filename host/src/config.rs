@@ -40,7 +40,8 @@ pub enum ConfigError {
         /// The key.
         key: String,
         /// What is wrong.
-        reason: String,
+        #[source]
+        reason: crate::store::LocationError,
     },
     /// A configuration file that cannot be used.
     #[error("configuration file {path}: {reason}")]

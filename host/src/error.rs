@@ -1,6 +1,10 @@
 //! The host's error type.
 
-use dstl_guest::types::WriterError;
+use std::sync::Arc;
+
+use dstl_proto::types::WriterError;
+
+pub use crate::sandbox::TrapKind;
 
 /// Everything the host API can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -25,16 +29,30 @@ pub enum Error {
         /// The trap and anything the guest printed.
         cause: String,
     },
-    /// A bad argument given to the host API itself.
+    /// A bad argument given to the host API itself (a writer name, a key-group range, a
+    /// memory limit above the storage's); the message names the value.
     #[error("{0}")]
     InvalidArgument(String),
     /// Configuration rejected.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// The storage could not be opened.
-    #[error("{0}")]
-    Setup(String),
+    /// The storage (or a component) could not be set up: a directory, the object store,
+    /// the I/O runtime, the writer component.
+    #[error("{context}: {source}")]
+    Setup {
+        /// What was being set up.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
+
+/// A wasmtime error, as text with its chain (wasmtime's error type is not a
+/// `std::error::Error`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SandboxError(String);
 
 impl Error {
     /// The writer error inside, if this is one.
@@ -44,39 +62,18 @@ impl Error {
             _ => None,
         }
     }
-}
 
-/// Why a writer's sandbox trapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrapKind {
-    /// A call used up its guest time (`dstl.writer.call-timeout`) and was interrupted.
-    Deadline,
-    /// The guest's memory would have grown past its cap (`dstl.writer.memory-limit`).
-    MemoryLimit,
-    /// The guest panicked or aborted (its message, if it printed one, is in the cause).
-    GuestPanic,
-    /// The guest asked the host for something it may not have: to release, stop tracking
-    /// or register a file it does not hold.
-    GuestFault,
-    /// Any other trap (a component that does not instantiate, an invalid call).
-    Other,
-}
+    pub(crate) fn setup(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Setup {
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
 
-impl TrapKind {
-    /// Classifies a wasmtime error.
-    pub(crate) fn of(error: &wasmtime::Error) -> Self {
-        if error.downcast_ref::<crate::writer::GuestFault>().is_some() {
-            return TrapKind::GuestFault;
-        }
-        match error.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::Interrupt) => return TrapKind::Deadline,
-            Some(wasmtime::Trap::UnreachableCodeReached) => return TrapKind::GuestPanic,
-            _ => {}
-        }
-        if format!("{error:#}").contains("forcing trap when growing memory") {
-            TrapKind::MemoryLimit
-        } else {
-            TrapKind::Other
-        }
+    pub(crate) fn sandbox_setup(context: &str, error: &wasmtime::Error) -> Self {
+        Self::setup(context, SandboxError(format!("{error:#}")))
     }
 }

@@ -15,41 +15,48 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! The layers, bottom up (ARCHITECTURE.md has the whole picture): [`store`] (files),
+//! `registry` (who owns which file), `upload` (batching, retries, the in-flight limit),
+//! `sandbox` (wasmtime), `writer` (the public [`Writer`] and its mailbox),
+//! [`ChangelogStorage`] (ties them together), and [`recovery`] (reading back, manifests,
+//! collection). [`workload`] is the benchmark and `dstl run` harness on top.
 
 mod background;
-mod component;
 pub mod config;
 mod error;
-pub mod gc;
-pub mod manifest;
 mod metrics;
-pub mod reader;
+pub mod recovery;
 mod registry;
-mod retry;
-mod scheduler;
+mod sandbox;
+mod services;
 mod storage;
 pub mod store;
-mod throttle;
-mod uploader;
+mod upload;
 pub mod workload;
 mod writer;
 
-pub use component::WriterComponent;
 pub use config::{Config, ConfigError};
-pub use dstl_guest::codec::Change;
-pub use dstl_guest::types::{
+pub use dstl_proto::codec::Change;
+pub use dstl_proto::types::{
     ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle, WriterError,
 };
-pub use error::{Error, TrapKind};
+pub use error::{Error, SandboxError, TrapKind};
 pub use metrics::{HistogramSnapshot, MetricsSnapshot};
-pub use reader::ReadError;
+pub use recovery::reader::ReadError;
+pub use recovery::{gc, manifest, reader};
 pub use registry::{LocalRegistry, TaskRegistry, WriterId};
+pub use sandbox::{ComponentDecoder, WriterComponent};
 pub use storage::ChangelogStorage;
-pub use store::{FileSource, LocalStore, Location, S3Settings, S3Store, Store, StoredFile};
-pub use throttle::Availability;
-pub use writer::{ComponentDecoder, PersistFuture, Writer, WriterOptions};
+pub use store::{
+    FileSource, LocalStore, Location, LocationError, S3Settings, S3Store, Store, StoredFile,
+};
+pub use upload::UploadError;
+pub use upload::retry::AttemptError;
+pub use upload::throttle::Availability;
+pub use writer::{PersistFuture, Writer, WriterOptions};
 
 /// Decoding of raw changelog bytes (the same codec the writer component uses).
 pub mod codec {
-    pub use dstl_guest::codec::*;
+    pub use dstl_proto::codec::*;
 }

@@ -4,65 +4,36 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use dstl_guest::codec::Change;
-use dstl_guest::types::{ChangelogHandle, KeyGroupRange, UploadResult, WriterConfig};
+use dstl_proto::codec::Change;
+use dstl_proto::types::{ChangelogHandle, KeyGroupRange, WriterConfig};
 
 use crate::background::Outstanding;
-use crate::component::{Runtime as Wasm, WriterComponent};
 use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::reader::ReadError;
-use crate::registry::{Discarder, LocalRegistry, TaskRegistry, WriterId};
-use crate::retry::RetryPolicy;
-use crate::scheduler::Scheduler;
+use crate::recovery::reader::{self, ReadError};
+use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
+use crate::sandbox::{ComponentDecoder, Runtime, WriterComponent};
+use crate::services::Services;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
-use crate::throttle::Availability;
-use crate::uploader::Uploader;
+use crate::upload::scheduler::SchedulerSettings;
+use crate::upload::throttle::Availability;
+use crate::upload::{RetryPolicy, Scheduler, Uploader};
 use crate::writer::{Writer, WriterOptions};
-
-/// State shared by the storage and every writer's sandbox.
-pub(crate) struct Shared {
-    pub config: Config,
-    pub remote: Arc<dyn Store>,
-    pub files: FileSource,
-    pub wasm: Wasm,
-    pub scheduler: Arc<Scheduler>,
-    pub task_registry: TaskRegistry,
-    pub local_registry: LocalRegistry,
-    pub discarder: Discarder,
-    pub outstanding: Outstanding,
-    pub metrics: Arc<Metrics>,
-    next_writer: AtomicU64,
-}
-
-impl Shared {
-    /// Writer `writer` no longer needs one change set in `path`: a store file's count
-    /// is in the task registry, a local copy's claim in the local registry.
-    pub fn release(&self, writer: WriterId, path: &str, local: bool) {
-        if local {
-            self.local_registry.release(writer, path);
-        } else {
-            self.task_registry.release(path);
-        }
-    }
-
-    /// Releases every file reference `results` hold (their writer cannot take them).
-    pub fn release_results(&self, writer: WriterId, results: &[UploadResult]) {
-        crate::uploader::release_results(
-            &self.task_registry,
-            &self.local_registry,
-            writer,
-            results,
-        );
-    }
-}
 
 /// The changelog storage of one job: creates writers and reads snapshots back.
 pub struct ChangelogStorage {
-    shared: Arc<Shared>,
-    closed: Arc<AtomicBool>,
-    runtime: Option<tokio::runtime::Runtime>,
+    services: Arc<Services>,
+    /// The engine and the pre-linked writer component.
+    wasm: Runtime,
+    /// Where uploads go.
+    remote: Arc<dyn Store>,
+    /// Reads files named by handles.
+    files: FileSource,
+    next_writer: AtomicU64,
+    closed: AtomicBool,
+    /// Runs uploads and the batching timer.
+    io: Option<tokio::runtime::Runtime>,
 }
 
 impl ChangelogStorage {
@@ -73,16 +44,20 @@ impl ChangelogStorage {
             Location::Local(_) => {
                 let job_dir = config.job_dir();
                 let store = LocalStore::open(&job_dir).map_err(|e| {
-                    Error::Setup(format!(
-                        "cannot create the changelog directory {}: {e}",
-                        job_dir.display()
-                    ))
+                    Error::setup(
+                        format!(
+                            "cannot create the changelog directory {}",
+                            job_dir.display()
+                        ),
+                        e,
+                    )
                 })?;
                 Arc::new(store.with_buffer_size(config.upload_buffer_size as usize))
             }
             Location::S3 { bucket, prefix } => Arc::new(
-                S3Store::open(&config.s3, &bucket, &prefix, &config.job_id)
-                    .map_err(Error::Setup)?,
+                S3Store::open(&config.s3, &bucket, &prefix, &config.job_id).map_err(|e| {
+                    Error::setup(format!("cannot open the object store s3://{bucket}"), e)
+                })?,
             ),
         };
         Self::open_with_store(config, store)
@@ -97,67 +72,68 @@ impl ChangelogStorage {
             .thread_name("dstl-io")
             .enable_all()
             .build()
-            .map_err(|e| Error::Setup(format!("cannot start the I/O runtime: {e}")))?;
+            .map_err(|e| Error::setup("cannot start the I/O runtime", e))?;
         let local = if config.local_recovery {
             let dir = config.local_copies_dir();
             let store = LocalStore::open(&dir).map_err(|e| {
-                Error::Setup(format!(
-                    "cannot create the local-copy directory {}: {e}",
-                    dir.display()
-                ))
+                Error::setup(
+                    format!("cannot create the local-copy directory {}", dir.display()),
+                    e,
+                )
             })?;
             Some(store.with_buffer_size(config.upload_buffer_size as usize))
         } else {
             None
         };
-        let wasm = Wasm::new(config.max_writers, config.writer_memory_limit)
-            .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))?;
+        let wasm = Runtime::new(config.max_writers, config.writer_memory_limit)
+            .map_err(|e| Error::sandbox_setup("cannot load the writer component", &e))?;
         let outstanding = Outstanding::default();
         let stores = Stores {
             remote: store.clone(),
             local: local.clone(),
         };
         let discarder = Discarder::new(config.discard_threads, outstanding.clone(), stores)
-            .map_err(|e| Error::Setup(format!("cannot start the deletion threads: {e}")))?;
-        let task_registry = TaskRegistry::new(discarder.clone());
+            .map_err(|e| Error::setup("cannot start the deletion threads", e))?;
+        let registries = Registries {
+            task: TaskRegistry::new(discarder.clone()),
+            local: LocalRegistry::new(discarder.clone()),
+        };
         let metrics = Arc::new(Metrics::default());
-        let closed = Arc::new(AtomicBool::new(false));
         let uploader = Arc::new(Uploader {
             store: store.clone(),
             local,
             compression: config.compression,
             metrics: metrics.clone(),
         });
-        let local_registry = LocalRegistry::new(discarder.clone());
         let scheduler = Scheduler::new(
-            config.persist_delay,
-            config.persist_size_threshold,
-            config.max_in_flight,
-            RetryPolicy::from_config(&config),
-            config.upload_threads,
+            SchedulerSettings {
+                delay: config.persist_delay,
+                size_threshold: config.persist_size_threshold,
+                max_in_flight: config.max_in_flight,
+                policy: RetryPolicy::from_config(&config),
+                threads: config.upload_threads,
+            },
             uploader,
-            task_registry.clone(),
-            local_registry.clone(),
+            registries.clone(),
             runtime.handle().clone(),
             outstanding.clone(),
             metrics.clone(),
         );
         Ok(Self {
-            shared: Arc::new(Shared {
-                files: FileSource::new(Some(config.s3.clone())),
-                remote: store,
+            files: FileSource::new(Some(config.s3.clone())),
+            remote: store,
+            wasm,
+            services: Arc::new(Services {
                 config,
-                wasm,
                 scheduler,
-                task_registry,
-                local_registry,
+                registries,
                 discarder,
                 outstanding,
                 metrics,
-                next_writer: AtomicU64::new(1),
             }),
-            closed,
-            runtime: Some(runtime),
+            next_writer: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            io: Some(runtime),
         })
     }
 
@@ -185,11 +161,11 @@ impl ChangelogStorage {
             )));
         }
         if let Some(limit) = options.memory_limit
-            && limit > self.shared.config.writer_memory_limit
+            && limit > self.services.config.writer_memory_limit
         {
             return Err(Error::InvalidArgument(format!(
                 "memory limit {limit} of writer {name} exceeds the storage's dstl.writer.memory-limit {}",
-                self.shared.config.writer_memory_limit
+                self.services.config.writer_memory_limit
             )));
         }
         if self.closed.load(Ordering::Acquire) {
@@ -200,47 +176,57 @@ impl ChangelogStorage {
         let config = WriterConfig {
             name: name.to_string(),
             key_group_range: key_groups,
-            preemptive_persist_threshold: self.shared.config.preemptive_persist_threshold,
-            local_recovery: self.shared.config.local_recovery,
+            preemptive_persist_threshold: self.services.config.preemptive_persist_threshold,
+            local_recovery: self.services.config.local_recovery,
         };
-        let id = self.shared.next_writer.fetch_add(1, Ordering::Relaxed);
-        Writer::create(self.shared.clone(), id, config, options)
+        let id = self.next_writer.fetch_add(1, Ordering::Relaxed);
+        Writer::create(self.services.clone(), &self.wasm, id, config, options)
     }
 
     /// Compiles another build of the writer component for this storage's engine, for
     /// [`WriterOptions::component`]. It must implement the same WIT world
     /// (`dstl:changelog@0.1.0`); a component that does not is refused here.
     pub fn compile_component(&self, wasm: &[u8]) -> Result<WriterComponent, Error> {
-        self.shared
-            .wasm
+        self.wasm
             .compile(wasm)
-            .map_err(|e| Error::Setup(format!("cannot load the writer component: {e:#}")))
+            .map_err(|e| Error::sandbox_setup("cannot load the writer component", &e))
     }
 
     /// A sandboxed instance of the component's own decoder (the `reader` export).
-    pub fn component_decoder(&self) -> Result<crate::writer::ComponentDecoder, Error> {
-        crate::writer::ComponentDecoder::new(&self.shared)
+    pub fn component_decoder(&self) -> Result<ComponentDecoder, Error> {
+        let config = &self.services.config;
+        ComponentDecoder::new(
+            &self.wasm.pre,
+            self.services.clone(),
+            config.writer_memory_limit,
+            config.writer_call_timeout,
+        )
+        .map_err(|trap| Error::Trapped {
+            writer: "decoder".into(),
+            kind: trap.kind,
+            cause: trap.cause,
+        })
     }
 
     /// Reads a snapshot back (recovery).
     pub fn read(&self, handle: &ChangelogHandle) -> Result<Vec<Change>, ReadError> {
-        crate::reader::read_handle(handle, &self.shared.files)
+        reader::read_handle(handle, &self.files)
     }
 
     /// The store uploads go to.
     pub fn store(&self) -> &dyn Store {
-        &*self.shared.remote
+        &*self.remote
     }
 
     /// The effective configuration.
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.services.config
     }
 
-    /// Upload metrics (spec §9.2).
+    /// Upload metrics (Flink's `ChangelogStorage.*`).
     pub fn metrics(&self) -> MetricsSnapshot {
-        let scheduler = &self.shared.scheduler;
-        self.shared
+        let scheduler = &self.services.scheduler;
+        self.services
             .metrics
             .snapshot(scheduler.queue_size(), scheduler.throttle.in_flight())
     }
@@ -249,23 +235,23 @@ impl ChangelogStorage {
     /// instead of blocking in `persist` or in an append that triggers a pre-emptive
     /// persist.
     pub fn availability(&self) -> Availability {
-        Availability::new(self.shared.scheduler.throttle.subscribe())
+        Availability::new(self.services.scheduler.throttle.subscribe())
     }
 
     /// The task registry (reference counts of files not yet owned by a checkpoint).
     pub fn task_registry(&self) -> &TaskRegistry {
-        &self.shared.task_registry
+        &self.services.registries.task
     }
 
     /// The local registry (local copies per checkpoint).
     pub fn local_registry(&self) -> &LocalRegistry {
-        &self.shared.local_registry
+        &self.services.registries.local
     }
 
     /// Blocks until every upload and deletion started so far has finished and its
     /// outcome was handed to its writer.
     pub fn wait_idle(&self) {
-        self.shared.outstanding.wait_idle();
+        self.services.outstanding.wait_idle();
     }
 
     /// Stops accepting uploads: queued tasks fail with a closed error, writers waiting
@@ -283,13 +269,14 @@ impl ChangelogStorage {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.shared.scheduler.close();
-        let config = &self.shared.config;
+        let services = &self.services;
+        services.scheduler.close();
+        let config = &services.config;
         let grace =
             (config.upload_timeout * config.max_attempts).max(std::time::Duration::from_secs(5));
         let started = std::time::Instant::now();
-        if !self.shared.outstanding.wait_idle_timeout(grace) {
-            let abandoned = self.shared.scheduler.abandon_running();
+        if !services.outstanding.wait_idle_timeout(grace) {
+            let abandoned = services.scheduler.abandon_running();
             if abandoned > 0 {
                 tracing::warn!(
                     ?grace,
@@ -298,10 +285,10 @@ impl ChangelogStorage {
                 );
             }
         }
-        self.shared
+        services
             .discarder
             .close(grace.saturating_sub(started.elapsed()));
-        if let Some(runtime) = self.runtime.take() {
+        if let Some(runtime) = self.io.take() {
             runtime.shutdown_background();
         }
     }

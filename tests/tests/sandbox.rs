@@ -243,7 +243,7 @@ fn a_component_that_is_not_a_writer_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, _) = open(tmp.path(), &[]);
     let error = storage.compile_component(b"\0asm not really").unwrap_err();
-    assert!(matches!(error, Error::Setup(_)), "{error}");
+    assert!(matches!(error, Error::Setup { .. }), "{error}");
 }
 
 /// Files of returned snapshots outlive a dropped writer; uploads nobody was told about

@@ -3,15 +3,18 @@
 //! leaves nothing behind when a create fails.
 
 mod local;
+mod routing;
 mod s3;
+mod source;
 
 use std::ops::Range;
-use std::sync::Arc;
 use std::time::SystemTime;
 
-pub use local::LocalStore;
+pub use local::{LocalStore, create_dirs_durably};
 pub(crate) use local::{delete as delete_file, read};
-pub use s3::{S3Settings, S3Store};
+pub(crate) use routing::Stores;
+pub use s3::{S3Error, S3Settings, S3Store};
+pub use source::FileSource;
 
 /// A file as listed by a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,18 +68,53 @@ pub enum Location {
     },
 }
 
+/// Why a base path is not a usable location.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocationError {
+    /// A NUL character, which no path may hold.
+    #[error("base path {base:?} contains a NUL character")]
+    Nul {
+        /// The base path.
+        base: String,
+    },
+    /// A URL of a kind of store dstl does not support.
+    #[error("unsupported store URL {base}: use a directory or s3://bucket/prefix")]
+    UnsupportedScheme {
+        /// The base path.
+        base: String,
+    },
+    /// A bucket name S3 would refuse.
+    #[error(
+        "invalid bucket name {bucket:?} in {base}: 3 to 63 lowercase letters, digits, '-' or '.'"
+    )]
+    Bucket {
+        /// The bucket.
+        bucket: String,
+        /// The base path.
+        base: String,
+    },
+    /// A prefix segment that could escape the base or confuse the store.
+    #[error(
+        "invalid prefix segment {segment:?} in {base}: no empty, '.' or '..' segments, backslashes or control characters"
+    )]
+    PrefixSegment {
+        /// The segment.
+        segment: String,
+        /// The base path.
+        base: String,
+    },
+}
+
 impl Location {
     /// Parses a base path: `s3://bucket[/prefix]` or a directory. Every part that ends up
     /// in an object key is validated, so nothing can escape the base.
-    pub fn parse(base: &str) -> Result<Self, String> {
+    pub fn parse(base: &str) -> Result<Self, LocationError> {
         if base.contains('\0') {
-            return Err(format!("base path {base:?} contains a NUL character"));
+            return Err(LocationError::Nul { base: base.into() });
         }
         let Some(rest) = base.strip_prefix("s3://") else {
             if base.contains("://") {
-                return Err(format!(
-                    "unsupported store URL {base}: use a directory or s3://bucket/prefix"
-                ));
+                return Err(LocationError::UnsupportedScheme { base: base.into() });
             }
             return Ok(Location::Local(base.into()));
         };
@@ -88,9 +126,10 @@ impl Location {
             && !bucket.starts_with(['-', '.'])
             && !bucket.ends_with(['-', '.']);
         if !bucket_ok {
-            return Err(format!(
-                "invalid bucket name {bucket:?} in {base}: 3 to 63 lowercase letters, digits, '-' or '.'"
-            ));
+            return Err(LocationError::Bucket {
+                bucket: bucket.into(),
+                base: base.into(),
+            });
         }
         let prefix = prefix.trim_end_matches('/');
         for segment in prefix.split('/').filter(|_| !prefix.is_empty()) {
@@ -99,94 +138,15 @@ impl Location {
                 || segment == ".."
                 || segment.chars().any(|c| c.is_control() || c == '\\')
             {
-                return Err(format!(
-                    "invalid prefix segment {segment:?} in {base}: no empty, '.' or '..' segments, backslashes or control characters"
-                ));
+                return Err(LocationError::PrefixSegment {
+                    segment: segment.into(),
+                    base: base.into(),
+                });
             }
         }
         Ok(Location::S3 {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
         })
-    }
-}
-
-/// The stores of one storage: uploads go to `remote`, local copies to `local`; paths
-/// are routed to the store that owns them.
-#[derive(Clone)]
-pub(crate) struct Stores {
-    pub remote: Arc<dyn Store>,
-    pub local: Option<LocalStore>,
-}
-
-impl Stores {
-    fn owner(&self, path: &str) -> &dyn Store {
-        match &self.local {
-            Some(local) if local.contains(path) => local,
-            _ => &*self.remote,
-        }
-    }
-
-    pub fn delete(&self, path: &str) -> std::io::Result<()> {
-        self.owner(path).delete(path)
-    }
-}
-
-/// Reads files named by handles: `s3://` URLs through an S3 client, anything else from
-/// the local filesystem.
-pub struct FileSource {
-    s3: Option<S3Settings>,
-    clients: std::sync::Mutex<std::collections::HashMap<String, Arc<S3Store>>>,
-}
-
-impl FileSource {
-    /// A source using `s3` to reach object stores.
-    pub fn new(s3: Option<S3Settings>) -> Self {
-        Self {
-            s3,
-            clients: Default::default(),
-        }
-    }
-
-    fn client(&self, path: &str) -> std::io::Result<Option<Arc<S3Store>>> {
-        let Some(rest) = path.strip_prefix("s3://") else {
-            return Ok(None);
-        };
-        let bucket = rest.split('/').next().unwrap_or_default();
-        let mut clients = self.clients.lock().unwrap();
-        if let Some(client) = clients.get(bucket) {
-            return Ok(Some(client.clone()));
-        }
-        let settings = self.s3.clone().unwrap_or_default();
-        let client = Arc::new(
-            S3Store::open(&settings, bucket, "", "")
-                .map_err(|e| std::io::Error::other(format!("cannot reach {path}: {e}")))?,
-        );
-        clients.insert(bucket.to_string(), client.clone());
-        Ok(Some(client))
-    }
-
-    /// Reads a whole file.
-    pub fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
-        match self.client(path)? {
-            Some(s3) => s3.read(path),
-            None => read(path),
-        }
-    }
-
-    /// Reads part of a file.
-    pub fn read_range(&self, path: &str, range: Range<u64>) -> std::io::Result<Vec<u8>> {
-        match self.client(path)? {
-            Some(s3) => s3.read_range(path, range),
-            None => {
-                use std::io::{Read, Seek, SeekFrom};
-                let mut file = std::fs::File::open(path)?;
-                file.seek(SeekFrom::Start(range.start))?;
-                let mut out = Vec::new();
-                file.take(range.end.saturating_sub(range.start))
-                    .read_to_end(&mut out)?;
-                Ok(out)
-            }
-        }
     }
 }

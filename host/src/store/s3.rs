@@ -77,6 +77,23 @@ fn is_loopback_http(endpoint: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Why an S3 store cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum S3Error {
+    /// The settings do not make a client.
+    #[error("invalid S3 settings for bucket {bucket}: {source}")]
+    Settings {
+        /// The bucket.
+        bucket: String,
+        /// What the client said.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The client's runtime did not start.
+    #[error("cannot start the S3 client runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
 /// One bucket (and key prefix) of an S3-compatible service.
 pub struct S3Store {
     client: Arc<AmazonS3>,
@@ -93,7 +110,7 @@ impl S3Store {
         bucket: &str,
         prefix: &str,
         job_id: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, S3Error> {
         let settings = settings.resolved();
         let mut builder = AmazonS3Builder::new()
             .with_bucket_name(bucket)
@@ -123,9 +140,10 @@ impl S3Store {
                 .with_access_key_id(id)
                 .with_secret_access_key(secret);
         }
-        let client = builder
-            .build()
-            .map_err(|e| format!("invalid S3 settings for bucket {bucket}: {e}"))?;
+        let client = builder.build().map_err(|source| S3Error::Settings {
+            bucket: bucket.to_string(),
+            source,
+        })?;
         let prefix = [prefix, job_id, if job_id.is_empty() { "" } else { "dstl" }]
             .iter()
             .filter(|p| !p.is_empty())
@@ -137,7 +155,7 @@ impl S3Store {
             .thread_name("dstl-s3")
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the S3 client runtime: {e}"))?;
+            .map_err(S3Error::Runtime)?;
         Ok(Self {
             client: Arc::new(client),
             bucket: bucket.to_string(),

@@ -1,13 +1,13 @@
 //! Recovery: turns a handle back into its changes, in order.
 //!
 //! Each file is read, and decompressed if needed, once per read of a handle however many
-//! change sets point into it (Flink decompresses from the file start for every pair,
-//! spec §12.12). Every error names the file and the offset.
+//! change sets point into it (Flink decompresses from the file start for every pair).
+//! Every error names the file and the offset.
 
 use std::collections::HashMap;
 
-use dstl_guest::codec::{self, Change, FormatError};
-use dstl_guest::types::ChangelogHandle;
+use dstl_proto::codec::{self, Change, FormatError};
+use dstl_proto::types::ChangelogHandle;
 
 use crate::store::FileSource;
 

@@ -13,7 +13,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::manifest::Manifest;
+use crate::recovery::manifest::Manifest;
 use crate::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
 
 /// What to run.

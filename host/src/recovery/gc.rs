@@ -1,6 +1,6 @@
 //! Orphan collection: changelog files that no live manifest references and that are
 //! older than a grace period. Flink leaves these behind when a process dies between an
-//! upload and the checkpoint that would have owned it (spec §12.9).
+//! upload and the checkpoint that would have owned it.
 //!
 //! A collection is scoped to jobs: those its manifests name (or that are named
 //! explicitly). Jobs sharing the base directory have manifests elsewhere, so their files
@@ -10,11 +10,63 @@ use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
-
+use super::manifest::{Manifest, ManifestError};
 use crate::config::Config;
-use crate::manifest::Manifest;
-use crate::store::{LocalStore, Location, S3Store, Store, StoredFile};
+use crate::store::{LocalStore, Location, S3Error, S3Store, Store, StoredFile};
+
+/// Why a collection cannot run; it then deletes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// The manifest directory cannot be read.
+    #[error("cannot read the manifest directory {}: {source}", dir.display())]
+    ManifestDir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest does not load: collecting with half the picture could delete live data.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The manifest directory holds no manifest: every file would look unreferenced.
+    #[error(
+        "the manifest directory {} holds no manifest (*.json): refusing to collect, since every file would look unreferenced",
+        dir.display()
+    )]
+    NoManifest {
+        /// The directory.
+        dir: std::path::PathBuf,
+    },
+    /// Files cannot be listed.
+    #[error("cannot list {what}: {source}")]
+    List {
+        /// The directory or store.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The object store cannot be reached.
+    #[error(transparent)]
+    S3(#[from] S3Error),
+    /// An orphan cannot be deleted (the ones before it were).
+    #[error("cannot delete {path}: {source}")]
+    Delete {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn list_error(what: &Path) -> impl FnOnce(std::io::Error) -> GcError + '_ {
+    move |source| GcError::List {
+        what: what.display().to_string(),
+        source,
+    }
+}
 
 /// A file no live manifest references.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +104,15 @@ pub struct Live {
 /// Reads every manifest in `dir`. Any manifest that does not parse is an error, and so is a
 /// directory with no manifest at all: collecting with an incomplete (or empty) picture
 /// could delete live data.
-pub fn live(dir: &Path) -> anyhow::Result<Live> {
+pub fn live(dir: &Path) -> Result<Live, GcError> {
     let mut live = Live::default();
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read the manifest directory {}", dir.display()))?;
+    let manifest_dir = |source| GcError::ManifestDir {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let entries = std::fs::read_dir(dir).map_err(manifest_dir)?;
     for entry in entries {
-        let path = entry?.path();
+        let path = entry.map_err(manifest_dir)?.path();
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
@@ -72,10 +127,9 @@ pub fn live(dir: &Path) -> anyhow::Result<Live> {
         }
     }
     if live.manifests == 0 {
-        anyhow::bail!(
-            "the manifest directory {} holds no manifest (*.json): refusing to collect, since every file would look unreferenced",
-            dir.display()
-        );
+        return Err(GcError::NoManifest {
+            dir: dir.to_path_buf(),
+        });
     }
     Ok(live)
 }
@@ -123,23 +177,21 @@ pub struct Listing {
 /// Every changelog file under the configured base that belongs to one of `jobs`, plus
 /// their local copies and the staging files that crashed writes left behind. Other jobs
 /// sharing the base are listed as skipped, never touched: their manifests are not here.
-pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> anyhow::Result<Listing> {
+pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing, GcError> {
     let mut listing = Listing::default();
-    let mut take = |job: &str, files: &mut dyn FnMut() -> anyhow::Result<Vec<StoredFile>>| {
+    let mut take = |job: &str, files: &mut dyn FnMut() -> Result<Vec<StoredFile>, GcError>| {
         if jobs.contains(job) {
             listing.files.extend(files()?);
         } else {
             listing.skipped_jobs.insert(job.to_string());
         }
-        anyhow::Ok(())
+        Ok::<(), GcError>(())
     };
     match config.location() {
         Location::Local(base) => {
             if base.exists() {
-                for job in std::fs::read_dir(&base)
-                    .with_context(|| format!("cannot list {}", base.display()))?
-                {
-                    let job = job?;
+                for job in std::fs::read_dir(&base).map_err(list_error(&base))? {
+                    let job = job.map_err(list_error(&base))?;
                     let name = job.file_name().to_string_lossy().into_owned();
                     let dir = job.path().join("dstl");
                     if is_job_id(&name) && dir.is_dir() {
@@ -149,14 +201,17 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> anyhow::Result<
             }
         }
         Location::S3 { bucket, prefix } => {
-            let store =
-                S3Store::open(&config.s3, &bucket, &prefix, "").map_err(anyhow::Error::msg)?;
+            let store = S3Store::open(&config.s3, &bucket, &prefix, "")?;
             let base = if prefix.is_empty() {
                 format!("s3://{bucket}/")
             } else {
                 format!("s3://{bucket}/{prefix}/")
             };
-            for file in store.list()? {
+            let listed = store.list().map_err(|source| GcError::List {
+                what: store.describe(),
+                source,
+            })?;
+            for file in listed {
                 let relative = file.path.strip_prefix(&base).unwrap_or_default();
                 let parts: Vec<&str> = relative.split('/').collect();
                 if parts.len() == 3 && is_job_id(parts[0]) && parts[1] == "dstl" {
@@ -175,8 +230,8 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> anyhow::Result<
             Location::S3 { .. } => "dstl-local".into(),
         });
     if local.is_dir() {
-        for job in std::fs::read_dir(&local)? {
-            let job = job?;
+        for job in std::fs::read_dir(&local).map_err(list_error(&local))? {
+            let job = job.map_err(list_error(&local))?;
             let name = job.file_name().to_string_lossy().into_owned();
             let dir = job.path().join("taskowned");
             if let Some(id) = name.strip_prefix("jid_").filter(|id| is_job_id(id))
@@ -190,8 +245,10 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> anyhow::Result<
 }
 
 /// A directory's files, staging files of interrupted writes included.
-fn list_dir(dir: &Path) -> anyhow::Result<Vec<StoredFile>> {
-    Ok(LocalStore::open(dir)?.files(true)?)
+fn list_dir(dir: &Path) -> Result<Vec<StoredFile>, GcError> {
+    LocalStore::open(dir)
+        .and_then(|store| store.files(true))
+        .map_err(list_error(dir))
 }
 
 /// Classifies `files` against `referenced` at time `now`.
@@ -221,11 +278,9 @@ pub fn classify(
 }
 
 /// Deletes the orphans of `report`; returns how many were deleted.
-pub fn delete(config: &Config, report: &Report) -> anyhow::Result<usize> {
+pub fn delete(config: &Config, report: &Report) -> Result<usize, GcError> {
     let s3 = match config.location() {
-        Location::S3 { bucket, prefix } => {
-            Some(S3Store::open(&config.s3, &bucket, &prefix, "").map_err(anyhow::Error::msg)?)
-        }
+        Location::S3 { bucket, prefix } => Some(S3Store::open(&config.s3, &bucket, &prefix, "")?),
         Location::Local(_) => None,
     };
     for orphan in &report.orphans {
@@ -234,7 +289,10 @@ pub fn delete(config: &Config, report: &Report) -> anyhow::Result<usize> {
             (Some(s3), true) => s3.delete(path),
             _ => crate::store::delete_file(path),
         }
-        .with_context(|| format!("cannot delete {path}"))?;
+        .map_err(|source| GcError::Delete {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(report.orphans.len())
 }

@@ -1,16 +1,15 @@
-//! One upload attempt (spec §5.1): writes the change sets of a batch of tasks into one
-//! new changelog file, plus a local copy with local recovery on, and computes each
-//! change set's result. Retrying, batching and delivery are the scheduler's.
+//! One upload attempt: writes the change sets of a batch of tasks into one new changelog
+//! file, plus a local copy with local recovery on, and computes each change set's result.
+//! Retrying, batching and delivery are the scheduler's.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use dstl_guest::codec::{self, FileWriter};
-use dstl_guest::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
+use dstl_proto::codec::{self, FileWriter};
+use dstl_proto::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 
+use super::AttemptError;
 use crate::metrics::Metrics;
-use crate::registry::{LocalRegistry, TaskRegistry, WriterId};
-use crate::retry::AttemptError;
 use crate::store::{LocalStore, Store, Stores};
 
 /// Writes files for batches of upload tasks.
@@ -60,7 +59,7 @@ impl Uploader {
     }
 
     fn write_file(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
-        let io = |e: std::io::Error| AttemptError::Io(e.to_string());
+        let io = |e: std::io::Error| AttemptError::io("could not encode the changelog file", e);
         let blocks = tasks
             .iter()
             .flat_map(|t| &t.change_sets)
@@ -90,17 +89,20 @@ impl Uploader {
         let written: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let name = uuid::Uuid::new_v4().to_string();
         let path = self.store.create_parts(&name, &parts).map_err(|e| {
-            AttemptError::Io(format!(
-                "could not write changelog file {name} to {}: {e}",
-                self.store.describe()
-            ))
+            AttemptError::io(
+                format!(
+                    "could not write changelog file {name} to {}",
+                    self.store.describe()
+                ),
+                e,
+            )
         })?;
         let remote = StreamHandle {
             path,
             file_size: logical,
         };
         // A local copy that cannot be written degrades to a remote-only result instead of
-        // failing an upload that succeeded (Flink fails it, spec §12.4).
+        // failing an upload that succeeded (Flink fails it).
         let local = self
             .local
             .as_ref()
@@ -143,7 +145,7 @@ impl Uploader {
         })
     }
 
-    /// Deletes the files of an attempt that lost (its local copy too, unlike Flink §12.6).
+    /// Deletes the files of an attempt that lost (its local copy too, unlike Flink).
     pub fn discard(&self, file: UploadedFile) {
         let stores = Stores {
             remote: self.store.clone(),
@@ -153,21 +155,6 @@ impl Uploader {
             if let Err(e) = stores.delete(path) {
                 tracing::warn!(%path, error = %e, "could not delete the file of a losing upload attempt");
             }
-        }
-    }
-}
-
-/// Releases every file reference held by `results` of `writer` (it cannot take them).
-pub(crate) fn release_results(
-    registry: &TaskRegistry,
-    local_registry: &LocalRegistry,
-    writer: WriterId,
-    results: &[UploadResult],
-) {
-    for result in results {
-        registry.release(&result.remote.path);
-        if let Some(local) = &result.local {
-            local_registry.release(writer, &local.handle.path);
         }
     }
 }

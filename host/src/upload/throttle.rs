@@ -1,4 +1,4 @@
-//! The in-flight byte limit (spec §3.3) and the availability signal (§3.4).
+//! The in-flight byte limit and the availability signal.
 //!
 //! Flink's rule: a task is admitted while the bytes in flight are *below* the limit, even
 //! if the task itself overshoots it; otherwise the caller waits until completions bring
@@ -9,6 +9,11 @@
 use std::sync::{Condvar, Mutex};
 
 use tokio::sync::watch;
+
+/// The throttle was closed with its storage: nothing is admitted any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the changelog storage is closed")]
+pub(crate) struct ThrottleClosed;
 
 /// Bytes in flight against a limit.
 pub(crate) struct Throttle {
@@ -37,13 +42,13 @@ impl Throttle {
     }
 
     /// Waits for capacity, then admits `size` bytes. Fails once the throttle is closed.
-    pub fn seize(&self, size: u64) -> Result<(), String> {
+    pub fn admit(&self, size: u64) -> Result<(), ThrottleClosed> {
         let mut state = self.state.lock().unwrap();
         while state.in_flight >= self.max && !state.closed {
             state = self.changed.wait(state).unwrap();
         }
         if state.closed {
-            return Err("the changelog storage is closed".into());
+            return Err(ThrottleClosed);
         }
         state.in_flight += size;
         if state.in_flight >= self.max {
@@ -112,23 +117,23 @@ mod tests {
     #[test]
     fn admits_below_the_limit_even_when_overshooting() {
         let t = Throttle::new(10_000);
-        t.seize(10_001).unwrap();
+        t.admit(10_001).unwrap();
         assert_eq!(t.in_flight(), 10_001);
         assert!(!*t.subscribe().borrow());
         t.release(10_001);
         assert!(*t.subscribe().borrow());
-        t.seize(1).unwrap();
+        t.admit(1).unwrap();
     }
 
     #[test]
     fn a_full_throttle_blocks_until_release() {
         let t = Arc::new(Throttle::new(10));
-        t.seize(10).unwrap();
+        t.admit(10).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = {
             let t = t.clone();
             std::thread::spawn(move || {
-                t.seize(1).unwrap();
+                t.admit(1).unwrap();
                 tx.send(()).unwrap();
             })
         };
@@ -146,13 +151,13 @@ mod tests {
     #[test]
     fn close_fails_waiters() {
         let t = Arc::new(Throttle::new(1));
-        t.seize(1).unwrap();
+        t.admit(1).unwrap();
         let waiter = {
             let t = t.clone();
-            std::thread::spawn(move || t.seize(1))
+            std::thread::spawn(move || t.admit(1))
         };
         std::thread::sleep(Duration::from_millis(50));
         t.close();
-        assert!(waiter.join().unwrap().is_err());
+        assert_eq!(waiter.join().unwrap(), Err(ThrottleClosed));
     }
 }

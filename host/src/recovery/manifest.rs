@@ -1,11 +1,35 @@
-//! The manifest JSON of one snapshot (DESIGN.md, contract 3), written atomically.
+//! The manifest JSON of one snapshot (a contract other tools rely on: see README.md,
+//! "Manifest"), written atomically.
 
 use std::path::Path;
 
-use dstl_guest::types::{
+use dstl_proto::types::{
     ChangelogHandle, HandleEntry, KeyGroupRange, STORAGE_ID, SnapshotResult, StreamHandle,
 };
 use serde::{Deserialize, Serialize};
+
+/// Why a manifest cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file cannot be read.
+    #[error("cannot read manifest {}: {source}", path.display())]
+    Read {
+        /// The manifest.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a manifest.
+    #[error("invalid manifest {}: {source}", path.display())]
+    Parse {
+        /// The manifest.
+        path: std::path::PathBuf,
+        /// What does not parse.
+        #[source]
+        source: serde_json::Error,
+    },
+}
 
 /// One snapshot: the remote handle's fields at the top level, the local one under `local`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,11 +198,15 @@ impl Manifest {
     }
 
     /// Reads a manifest file.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read manifest {}: {e}", path.display()))?;
-        serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("invalid manifest {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| ManifestError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Writes the manifest to `path` atomically: a reader sees the old or the new one whole.

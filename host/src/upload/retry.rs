@@ -1,4 +1,5 @@
-//! Retries with per-attempt timeouts (spec §4), without Flink's holes (§12.1–12.3).
+//! Retries with per-attempt timeouts, without Flink's holes (ARCHITECTURE.md, "Where
+//! dstl differs from Flink").
 //!
 //! - `fixed`: every attempt gets the same timeout; a timed-out attempt is *not* cancelled
 //!   (a blocking write cannot be), the next attempt starts at once, and whichever attempt
@@ -18,27 +19,39 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::UploadError;
 use crate::background::Job;
 use crate::config::{Config, RetryPolicyKind};
 
 /// Why one attempt failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AttemptError {
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AttemptError {
     /// An I/O failure: retried after the configured delay.
-    Io(String),
-    /// Anything else: fails the action at once.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The failure.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// Anything else (a panicking attempt, the executor shut down): fails the upload at
+    /// once.
+    #[error("{0}")]
     Fatal(String),
 }
 
-impl std::fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AttemptError::Io(m) | AttemptError::Fatal(m) => f.write_str(m),
+impl AttemptError {
+    /// An I/O failure while doing `context`.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        AttemptError::Io {
+            context: context.into(),
+            source: Arc::new(source),
         }
     }
 }
 
-/// When to give up, and how long to wait in between (spec §4.1).
+/// When to give up, and how long to wait in between (Flink's `fixed` and `none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RetryPolicy {
     /// Attempts including the first; 1 for `none`.
@@ -77,7 +90,7 @@ impl RetryPolicy {
         }
         match failure {
             Failure::Timeout => Some(Duration::ZERO),
-            Failure::Error(AttemptError::Io(_)) => Some(self.delay),
+            Failure::Error(AttemptError::Io { .. }) => Some(self.delay),
             Failure::Error(AttemptError::Fatal(_)) => None,
         }
     }
@@ -85,7 +98,7 @@ impl RetryPolicy {
 
 /// The winning result with the number of the attempt that produced it and how many
 /// attempts had started by then.
-pub(crate) struct Won<R> {
+pub(crate) struct Success<R> {
     pub result: R,
     pub attempt: u32,
     pub total_attempts: u32,
@@ -100,7 +113,7 @@ pub(crate) async fn execute<R, A, D>(
     attempt: A,
     discard: D,
     job: Job,
-) -> Result<Won<R>, String>
+) -> Result<Success<R>, UploadError>
 where
     R: Send + 'static,
     A: Fn(u32) -> Result<R, AttemptError> + Send + Sync + 'static,
@@ -145,14 +158,14 @@ where
             Some(joined) = running.join_next() => {
                 let (n, result) = joined.expect("attempt tasks catch their panics");
                 match result {
-                    Ok(result) => break Ok(Won { result, attempt: n, total_attempts: total }),
+                    Ok(result) => break Ok(Success { result, attempt: n, total_attempts: total }),
                     // A finalized attempt (it timed out before) has no say any more.
                     Err(_) if current != Some(n) => {}
                     Err(error) => {
                         current = None;
                         deadline = None;
                         match policy.retry_after(n, Failure::Error(&error)) {
-                            None => break Err(format!("upload failed after {total} attempts; last: attempt {n}: {error}")),
+                            None => break Err(UploadError::Failed { attempts: total, attempt: n, cause: error }),
                             Some(delay) => {
                                 total += 1;
                                 if delay.is_zero() {
@@ -171,10 +184,7 @@ where
                 deadline = None;
                 let timeout = policy.timeout.unwrap_or_default();
                 match policy.retry_after(n, Failure::Timeout) {
-                    None => break Err(format!(
-                        "upload failed after {total} attempts; last: attempt {n} timed out after {} ms",
-                        timeout.as_millis()
-                    )),
+                    None => break Err(UploadError::TimedOut { attempts: total, attempt: n, timeout }),
                     Some(_) => {
                         total += 1;
                         current = Some(n + 1);
@@ -210,6 +220,10 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    fn io(message: &str) -> AttemptError {
+        AttemptError::io("writing", std::io::Error::other(message.to_string()))
+    }
+
     fn policy(max_attempts: u32, timeout: Option<Duration>, delay: Duration) -> RetryPolicy {
         RetryPolicy {
             max_attempts,
@@ -231,7 +245,7 @@ mod tests {
         threads: usize,
         attempt: impl Fn(u32) -> Result<R, AttemptError> + Send + Sync + 'static,
         discard: impl Fn(R) + Send + 'static,
-    ) -> (Result<Won<R>, String>, Waiter) {
+    ) -> (Result<Success<R>, UploadError>, Waiter) {
         let outstanding = Outstanding::default();
         let job = outstanding.start();
         let runtime = rt();
@@ -268,15 +282,26 @@ mod tests {
             1,
             move |_| -> Result<(), _> {
                 c.fetch_add(1, Ordering::SeqCst);
-                Err(AttemptError::Io("disk on fire".into()))
+                Err(io("disk on fire"))
             },
             |_| {},
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         let e = result.err().unwrap();
+        assert!(
+            matches!(
+                e,
+                UploadError::Failed {
+                    attempts: 1,
+                    attempt: 1,
+                    cause: AttemptError::Io { .. }
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
-            "upload failed after 1 attempts; last: attempt 1: disk on fire"
+            e.to_string(),
+            "upload failed after 1 attempts; last: attempt 1: writing: disk on fire"
         );
     }
 
@@ -289,12 +314,19 @@ mod tests {
             1,
             move |n| -> Result<(), _> {
                 c.fetch_add(1, Ordering::SeqCst);
-                Err(AttemptError::Io(format!("failure {n}")))
+                Err(io(&format!("failure {n}")))
             },
             |_| {},
         );
         assert_eq!(calls.load(Ordering::SeqCst), 5);
-        assert!(result.err().unwrap().ends_with("attempt 5: failure 5"));
+        assert!(matches!(
+            result.err().unwrap(),
+            UploadError::Failed {
+                attempts: 5,
+                attempt: 5,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -303,11 +335,7 @@ mod tests {
             policy(6, None, Duration::ZERO),
             1,
             |n| {
-                if n <= 2 {
-                    Err(AttemptError::Io("no".into()))
-                } else {
-                    Ok(n)
-                }
+                if n <= 2 { Err(io("no")) } else { Ok(n) }
             },
             |_| {},
         );
@@ -329,7 +357,13 @@ mod tests {
             |_| {},
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert!(result.is_err());
+        assert!(matches!(
+            result.err().unwrap(),
+            UploadError::Failed {
+                cause: AttemptError::Fatal(_),
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -339,11 +373,7 @@ mod tests {
             policy(3, None, Duration::from_millis(123)),
             1,
             |n| {
-                if n == 1 {
-                    Err(AttemptError::Io("once".into()))
-                } else {
-                    Ok(())
-                }
+                if n == 1 { Err(io("once")) } else { Ok(()) }
             },
             |_| {},
         );
@@ -402,8 +432,20 @@ mod tests {
             },
             move |n| d.lock().unwrap().push(n),
         );
+        let e = result.err().unwrap();
+        assert!(
+            matches!(
+                e,
+                UploadError::TimedOut {
+                    attempts: 1,
+                    attempt: 1,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(
-            result.err().unwrap(),
+            e.to_string(),
             "upload failed after 1 attempts; last: attempt 1 timed out after 5 ms"
         );
         *gate.0.lock().unwrap() = true;

@@ -1,0 +1,115 @@
+//! Deletions off the callers' threads, on a bounded pool.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::background::{Job, Outstanding};
+use crate::store::Stores;
+
+/// Deletes files on `dstl.dfs.discard.num-threads` threads, off the callers' threads.
+/// After [`Discarder::close`] deletions run on the caller's thread, so none is lost.
+#[derive(Clone)]
+pub(crate) struct Discarder {
+    inner: Arc<DiscardPool>,
+}
+
+struct DiscardPool {
+    queue: Mutex<DiscardQueue>,
+    wake: Condvar,
+    stores: Stores,
+    outstanding: Outstanding,
+}
+
+#[derive(Default)]
+struct DiscardQueue {
+    paths: VecDeque<(String, Job)>,
+    /// Deletions running on a pool thread.
+    running: usize,
+    closed: bool,
+}
+
+impl Discarder {
+    /// Starts `threads` deletion threads.
+    pub fn new(threads: usize, outstanding: Outstanding, stores: Stores) -> std::io::Result<Self> {
+        let inner = Arc::new(DiscardPool {
+            queue: Mutex::new(DiscardQueue::default()),
+            wake: Condvar::new(),
+            stores,
+            outstanding,
+        });
+        for n in 0..threads.max(1) {
+            let pool = inner.clone();
+            std::thread::Builder::new()
+                .name(format!("dstl-discard-{n}"))
+                .spawn(move || pool.work())?;
+        }
+        Ok(Self { inner })
+    }
+
+    /// Deletes `path` soon (at once, on this thread, once the pool is closed).
+    pub fn discard(&self, path: String) {
+        let mut queue = self.inner.queue.lock().unwrap();
+        if queue.closed {
+            drop(queue);
+            self.inner.delete(&path);
+            return;
+        }
+        queue
+            .paths
+            .push_back((path, self.inner.outstanding.start()));
+        drop(queue);
+        self.inner.wake.notify_one();
+    }
+
+    /// Lets the pool finish the deletions queued so far, for up to `grace`, and stops it.
+    /// Returns the paths it could not delete in time: each is reported here, and
+    /// `dstl gc` collects them. Later deletions run on their caller's thread.
+    pub fn close(&self, grace: Duration) -> Vec<String> {
+        let deadline = Instant::now() + grace;
+        let mut queue = self.inner.queue.lock().unwrap();
+        queue.closed = true;
+        self.inner.wake.notify_all();
+        while !queue.paths.is_empty() || queue.running > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            queue = self.inner.wake.wait_timeout(queue, left).unwrap().0;
+        }
+        let abandoned: Vec<String> = queue.paths.drain(..).map(|(path, _job)| path).collect();
+        for path in &abandoned {
+            tracing::warn!(%path, "file not deleted before the storage closed; `dstl gc` collects it");
+        }
+        abandoned
+    }
+}
+
+impl DiscardPool {
+    fn work(&self) {
+        let mut queue = self.queue.lock().unwrap();
+        loop {
+            if let Some((path, job)) = queue.paths.pop_front() {
+                queue.running += 1;
+                drop(queue);
+                self.delete(&path);
+                drop(job);
+                queue = self.queue.lock().unwrap();
+                queue.running -= 1;
+                // `close` waits for the queue to run dry.
+                self.wake.notify_all();
+            } else if queue.closed {
+                return;
+            } else {
+                queue = self.wake.wait(queue).unwrap();
+            }
+        }
+    }
+
+    fn delete(&self, path: &str) {
+        match self.stores.delete(path) {
+            Ok(()) => tracing::debug!(%path, "discarded changelog file"),
+            Err(e) => tracing::warn!(%path, error = %e, "could not discard changelog file"),
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The store data of one writer's sandbox: what its imports need, the files the guest
+//! holds, and the clock of the call running now.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dstl_proto::types::{SnapshotResult, UploadResult};
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::registry::WriterId;
+use crate::services::Services;
+use crate::upload::OutcomeSink;
+
+/// Store data of one writer's sandbox.
+pub(crate) struct WriterCtx {
+    pub name: String,
+    pub id: WriterId,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limits: StoreLimits,
+    pub stderr: MemoryOutputPipe,
+    pub services: Arc<Services>,
+    /// Where the outcomes of the tasks this writer schedules go (its mailbox).
+    pub sink: Weak<dyn OutcomeSink>,
+    /// The files the guest holds references to.
+    pub holdings: Holdings,
+    /// CPU time of the call running now.
+    pub clock: CallClock,
+}
+
+impl WriterCtx {
+    pub fn new(
+        name: &str,
+        id: WriterId,
+        memory_limit: u64,
+        call_timeout: Duration,
+        services: Arc<Services>,
+        sink: Weak<dyn OutcomeSink>,
+    ) -> Self {
+        let stderr = MemoryOutputPipe::new(64 * 1024);
+        Self {
+            name: name.to_string(),
+            id,
+            wasi: WasiCtx::builder().stderr(stderr.clone()).build(),
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(memory_limit as usize)
+                .trap_on_grow_failure(true)
+                .build(),
+            stderr,
+            services,
+            sink,
+            holdings: Holdings::default(),
+            clock: CallClock::new(call_timeout),
+        }
+    }
+
+    /// Releases every reference the guest holds that no returned snapshot covers: its
+    /// sandbox is gone or closed, so it never will.
+    pub fn release_unreturned(&mut self) {
+        for (path, holding) in self.holdings.take_unreturned() {
+            for _ in 0..holding.refs {
+                self.services
+                    .registries
+                    .release(self.id, &path, holding.local);
+            }
+        }
+    }
+}
+
+impl WasiView for WriterCtx {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The CPU time the call running now has used: a call is limited in what it computes.
+/// Time its thread spends blocked in the host (waiting for in-flight capacity in
+/// `schedule`) or waiting for a CPU on a busy machine does not count.
+pub(crate) struct CallClock {
+    started: Duration,
+    pub budget: Duration,
+}
+
+impl CallClock {
+    /// A clock for a call that may use `budget` of CPU time, starting now.
+    pub fn new(budget: Duration) -> Self {
+        Self {
+            started: thread_cpu_time(),
+            budget,
+        }
+    }
+
+    /// CPU time used so far.
+    pub fn guest_time(&self) -> Duration {
+        thread_cpu_time().saturating_sub(self.started)
+    }
+}
+
+/// CPU time the calling thread has used (a guest call runs on its caller's thread).
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, and
+    // CLOCK_THREAD_CPUTIME_ID is a valid clock on every platform dstl builds for.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// A guest call the host refuses: the guest named a file it does not hold. The writer is
+/// trapped, since a guest that does this is buggy or hostile.
+#[derive(Debug, thiserror::Error)]
+#[error("guest fault: {0}")]
+pub(crate) struct GuestFault(pub String);
+
+/// One file the guest holds references to.
+#[derive(Debug)]
+pub(crate) struct Holding {
+    /// Change sets in the file delivered to the guest and not released by it.
+    pub refs: u64,
+    /// A local copy (owned in the local registry) rather than a store file.
+    pub local: bool,
+    /// A snapshot naming the file was returned to the caller: a checkpoint may use it.
+    handed_out: bool,
+}
+
+/// The files the guest holds references to, as the host delivered them. The guest may
+/// release, stop tracking or register only these; when its sandbox goes away, the host
+/// releases those no returned snapshot names.
+#[derive(Default)]
+pub(crate) struct Holdings(HashMap<String, Holding>);
+
+impl Holdings {
+    /// The guest was given `results`.
+    pub fn add(&mut self, results: &[UploadResult]) {
+        for result in results {
+            self.add_one(&result.remote.path, false);
+            if let Some(local) = &result.local {
+                self.add_one(&local.handle.path, true);
+            }
+        }
+    }
+
+    fn add_one(&mut self, path: &str, local: bool) {
+        self.0
+            .entry(path.to_string())
+            .or_insert(Holding {
+                refs: 0,
+                local,
+                handed_out: false,
+            })
+            .refs += 1;
+    }
+
+    /// Whether `path` is a held local copy; a fault if the guest does not hold it.
+    pub fn check(&self, path: &str, operation: &str) -> Result<bool, GuestFault> {
+        match self.0.get(path) {
+            Some(holding) if holding.refs > 0 => Ok(holding.local),
+            _ => Err(GuestFault(format!(
+                "{operation} of {path}, a file this writer does not hold"
+            ))),
+        }
+    }
+
+    /// Drops one reference; whether the file is a local copy.
+    pub fn release(&mut self, path: &str) -> Result<bool, GuestFault> {
+        let local = self.check(path, "release")?;
+        let holding = self.0.get_mut(path).expect("checked");
+        holding.refs -= 1;
+        if holding.refs == 0 {
+            self.0.remove(path);
+        }
+        Ok(local)
+    }
+
+    /// Marks the files of a snapshot returned to the caller.
+    pub fn hand_out(&mut self, snapshot: &SnapshotResult) {
+        let entries = snapshot.remote.entries.iter();
+        for entry in entries.chain(snapshot.local.iter().flat_map(|l| &l.entries)) {
+            if let Some(holding) = self.0.get_mut(&entry.handle.path) {
+                holding.handed_out = true;
+            }
+        }
+    }
+
+    /// Local copies the local registry discarded for this writer: the guest forgets them.
+    pub fn forget(&mut self, paths: &[String]) {
+        for path in paths {
+            self.0.remove(path);
+        }
+    }
+
+    /// Takes the references no returned snapshot covers, to release them. The others stay
+    /// held: a checkpoint the coordinator knows about may still need those files.
+    fn take_unreturned(&mut self) -> Vec<(String, Holding)> {
+        let mut unreturned = Vec::new();
+        self.0.retain(|path, holding| {
+            if !holding.handed_out {
+                unreturned.push((
+                    path.clone(),
+                    Holding {
+                        refs: std::mem::take(&mut holding.refs),
+                        local: holding.local,
+                        handed_out: false,
+                    },
+                ));
+            }
+            holding.handed_out
+        });
+        unreturned
+    }
+}

@@ -1,0 +1,92 @@
+//! The component's exported decoder (the `reader` interface), in a sandbox of its own:
+//! the tests hold it against the host's reader, so the format is proven to decode the
+//! same inside and outside the component.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dstl_proto::codec::Change;
+use wasmtime::Store;
+
+use super::bindings::{Changelog, ChangelogPre};
+use super::context::{CallClock, WriterCtx};
+use super::engine::deadline_ticks;
+use super::instance::new_store;
+use super::trap::Trap;
+use crate::services::Services;
+use crate::upload::{OutcomeSink, UploadOutcome};
+
+/// The sink of a sandbox that runs no writer: it schedules no uploads.
+struct NoWriter;
+
+impl OutcomeSink for NoWriter {
+    fn deliver(&self, _: UploadOutcome) {}
+}
+
+/// The component's exported decoder, for checking it against the host's reader.
+pub struct ComponentDecoder {
+    store: Store<WriterCtx>,
+    bindings: Changelog,
+    call_timeout: Duration,
+}
+
+impl ComponentDecoder {
+    pub(crate) fn new(
+        pre: &ChangelogPre<WriterCtx>,
+        services: Arc<Services>,
+        memory_limit: u64,
+        call_timeout: Duration,
+    ) -> Result<Self, Trap> {
+        let sink: Weak<dyn OutcomeSink> = Weak::<NoWriter>::new();
+        let ctx = WriterCtx::new("decoder", 0, memory_limit, call_timeout, services, sink);
+        let mut store = new_store(pre.engine(), ctx);
+        let bindings = pre
+            .instantiate(&mut store)
+            .map_err(|e| Trap::new(&e, store.data(), call_timeout))?;
+        Ok(Self {
+            store,
+            bindings,
+            call_timeout,
+        })
+    }
+
+    fn trap(e: wasmtime::Error) -> String {
+        format!("decoder sandbox trapped: {e:#}")
+    }
+
+    fn start_call(&mut self) {
+        self.store.data_mut().clock = CallClock::new(self.call_timeout);
+        self.store
+            .set_epoch_deadline(deadline_ticks(self.call_timeout));
+    }
+
+    /// A whole file's logical bytes, decoded inside the sandbox.
+    pub fn logical_bytes(&mut self, file: &[u8]) -> Result<Vec<u8>, String> {
+        self.start_call();
+        self.bindings
+            .dstl_changelog_reader()
+            .call_logical_bytes(&mut self.store, file)
+            .map_err(Self::trap)?
+    }
+
+    /// The change set at `offset` of `logical`, decoded inside the sandbox.
+    pub fn decode_change_set(
+        &mut self,
+        logical: &[u8],
+        offset: u64,
+    ) -> Result<Vec<Change>, String> {
+        self.start_call();
+        let changes = self
+            .bindings
+            .dstl_changelog_reader()
+            .call_decode_change_set(&mut self.store, logical, offset)
+            .map_err(Self::trap)??;
+        Ok(changes
+            .into_iter()
+            .map(|c| Change {
+                key_group: c.key_group,
+                value: c.value,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,103 @@
+//! The wasmtime engine shared by every writer of a storage: pooling allocator, epoch
+//! ticker for call deadlines, and the pre-linked writer component.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config as WasmConfig, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::{Changelog, ChangelogPre};
+use super::cache::load_component;
+use super::context::WriterCtx;
+
+/// Compiled component plus linker, instantiated once per writer.
+pub(crate) struct Runtime {
+    pub engine: Engine,
+    pub pre: ChangelogPre<WriterCtx>,
+    linker: Linker<WriterCtx>,
+    ticker: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+/// Another build of the writer component, compiled for one storage's engine
+/// ([`crate::ChangelogStorage::compile_component`]) and chosen per writer with
+/// [`crate::WriterOptions::component`]. It must implement the same WIT world.
+#[derive(Clone)]
+pub struct WriterComponent {
+    pub(crate) pre: Arc<ChangelogPre<WriterCtx>>,
+}
+
+impl std::fmt::Debug for WriterComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriterComponent")
+    }
+}
+
+/// Epoch ticks for a call deadline of `timeout`: one more than it spans, so a call is
+/// never interrupted before `timeout` has passed, whenever in a tick it starts.
+pub(crate) fn deadline_ticks(timeout: std::time::Duration) -> u64 {
+    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64 + 1
+}
+
+/// How often the engine's epoch advances; the resolution of call deadlines.
+pub(crate) const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
+impl Runtime {
+    /// One engine with the pooling allocator sized for `max_writers` instances whose
+    /// memories may grow to `memory_limit` bytes.
+    pub fn new(max_writers: u32, memory_limit: u64) -> wasmtime::Result<Self> {
+        let mut pool = PoolingAllocationConfig::default();
+        // Each writer is one component instance of 3 core modules and about 19 core
+        // instances (measured); leave headroom.
+        pool.total_component_instances(max_writers)
+            .total_core_instances(max_writers.saturating_mul(24))
+            .total_memories(max_writers.saturating_mul(2))
+            .total_tables(max_writers.saturating_mul(8))
+            .max_memory_size(memory_limit as usize);
+        let mut config = WasmConfig::new();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // Guest calls get a deadline: a call that runs away (a bug, a hostile batch)
+        // is interrupted with a trap instead of holding its writer forever.
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let component = load_component(&engine)?;
+        let mut linker: Linker<WriterCtx> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Changelog::add_to_linker::<_, HasSelf<_>>(&mut linker, |ctx| ctx)?;
+        let pre = ChangelogPre::new(linker.instantiate_pre(&component)?)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let (engine, stop) = (engine.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("dstl-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })?
+        };
+        Ok(Self {
+            engine,
+            pre,
+            linker,
+            ticker: Some((stop, ticker)),
+        })
+    }
+
+    /// Compiles and links another build of the writer component.
+    pub fn compile(&self, wasm: &[u8]) -> wasmtime::Result<WriterComponent> {
+        let component = Component::new(&self.engine, wasm)?;
+        let pre = ChangelogPre::new(self.linker.instantiate_pre(&component)?)?;
+        Ok(WriterComponent { pre: Arc::new(pre) })
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some((stop, ticker)) = self.ticker.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = ticker.join();
+        }
+    }
+}

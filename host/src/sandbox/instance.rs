@@ -1,0 +1,278 @@
+//! One writer's sandbox: a store with its own memory cap, call deadline and captured
+//! stderr, and an instance of the component's `writer` resource. Every call goes through
+//! here, so the rest of the host sees plain `dstl_proto` types and a [`Trap`] instead of
+//! wasmtime's.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dstl_proto::types::{
+    PersistCompletion, PersistReply, SnapshotResult, WriterConfig, WriterError,
+};
+use wasmtime::component::ResourceAny;
+use wasmtime::{Store, UpdateDeadline};
+
+use super::bindings::{
+    Changelog, ChangelogPre, from_wit_completions, from_wit_error, from_wit_reply, to_wit_config,
+    to_wit_results,
+};
+use super::context::{CallClock, WriterCtx};
+use super::engine::deadline_ticks;
+use super::trap::Trap;
+use crate::registry::WriterId;
+use crate::services::Services;
+use crate::upload::{OutcomeSink, UploadOutcome};
+
+/// The outcome of one call: the guest's answer, or the trap that ended the sandbox.
+pub(crate) type Call<T> = Result<Result<T, WriterError>, Trap>;
+
+/// What one writer's sandbox may use.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Linear-memory cap in bytes.
+    pub memory: u64,
+    /// CPU time one call may use.
+    pub call_timeout: Duration,
+}
+
+/// A sandbox for one component instance, its memory capped, its stderr captured so a
+/// guest panic's message reaches the error, and each call limited in its CPU time.
+pub(crate) fn new_store(engine: &wasmtime::Engine, ctx: WriterCtx) -> Store<WriterCtx> {
+    let timeout = ctx.clock.budget;
+    let mut store = Store::new(engine, ctx);
+    store.limiter(|ctx| &mut ctx.limits);
+    store.set_epoch_deadline(deadline_ticks(timeout));
+    // The epoch deadline runs on wall time; when it is reached, the call is interrupted
+    // only if its CPU time is used up, and extended by the rest otherwise.
+    store.epoch_deadline_callback(|ctx| {
+        let clock = &ctx.data().clock;
+        let used = clock.guest_time();
+        Ok(if used >= clock.budget {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Continue(deadline_ticks(clock.budget - used))
+        })
+    });
+    store
+}
+
+/// One writer's live sandbox.
+pub(crate) struct Instance {
+    store: Store<WriterCtx>,
+    bindings: Changelog,
+    resource: ResourceAny,
+    call_timeout: Duration,
+}
+
+impl Instance {
+    /// Instantiates `pre` for the writer `config` describes.
+    pub fn new(
+        pre: &ChangelogPre<WriterCtx>,
+        services: Arc<Services>,
+        sink: Weak<dyn OutcomeSink>,
+        id: WriterId,
+        config: &WriterConfig,
+        limits: Limits,
+    ) -> Result<Self, Trap> {
+        let ctx = WriterCtx::new(
+            &config.name,
+            id,
+            limits.memory,
+            limits.call_timeout,
+            services,
+            sink,
+        );
+        let mut store = new_store(pre.engine(), ctx);
+        let created = pre.instantiate(&mut store).and_then(|bindings| {
+            let resource = bindings
+                .dstl_changelog_writer()
+                .writer()
+                .call_constructor(&mut store, &to_wit_config(config))?;
+            Ok((bindings, resource))
+        });
+        match created {
+            Ok((bindings, resource)) => Ok(Self {
+                store,
+                bindings,
+                resource,
+                call_timeout: limits.call_timeout,
+            }),
+            Err(e) => {
+                let trap = Trap::new(&e, store.data(), limits.call_timeout);
+                Err(Trap {
+                    kind: trap.kind,
+                    cause: format!("could not instantiate the writer component: {}", trap.cause),
+                })
+            }
+        }
+    }
+
+    /// Runs one export call with a fresh CPU-time budget.
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(
+            &Changelog,
+            &mut Store<WriterCtx>,
+            ResourceAny,
+        ) -> wasmtime::Result<Result<T, super::bindings::wit::WriterError>>,
+    ) -> Call<T> {
+        self.store.data_mut().clock = CallClock::new(self.call_timeout);
+        self.store
+            .set_epoch_deadline(deadline_ticks(self.call_timeout));
+        match f(&self.bindings, &mut self.store, self.resource) {
+            Ok(answer) => Ok(answer.map_err(from_wit_error)),
+            Err(e) => Err(Trap::new(&e, self.store.data(), self.call_timeout)),
+        }
+    }
+
+    /// `append-batch`: the guest's open bytes afterwards.
+    pub fn append_batch(&mut self, key_groups: &[i32], lengths: &[u32], data: &[u8]) -> Call<u64> {
+        self.call(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_append_batch(store, r, key_groups, lengths, data)
+        })
+    }
+
+    /// `initial-sequence-number`.
+    pub fn initial_sequence_number(&mut self) -> Call<u64> {
+        self.call(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_initial_sequence_number(store, r)
+                .map(Ok)
+        })
+    }
+
+    /// `next-sequence-number`.
+    pub fn next_sequence_number(&mut self) -> Call<u64> {
+        self.call(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_next_sequence_number(store, r)
+                .map(Ok)
+        })
+    }
+
+    /// `persist`. A snapshot ready at once counts as returned to the caller.
+    pub fn persist(&mut self, from: u64, checkpoint: i64) -> Call<PersistReply> {
+        let reply = self.call(|b, store, r| {
+            let reply = b
+                .dstl_changelog_writer()
+                .writer()
+                .call_persist(store, r, from, checkpoint)?;
+            Ok(reply.map(from_wit_reply))
+        })?;
+        if let Ok(PersistReply::Ready(snapshot)) = &reply {
+            self.hand_out(snapshot);
+        }
+        Ok(reply)
+    }
+
+    /// `truncate`.
+    pub fn truncate(&mut self, to: u64) -> Call<()> {
+        self.call(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_truncate(store, r, to)
+        })
+    }
+
+    /// `confirm`.
+    pub fn confirm(&mut self, from: u64, to: u64, checkpoint: i64) -> Call<()> {
+        self.call(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_confirm(store, r, from, to, checkpoint)
+        })
+    }
+
+    /// `reset`.
+    pub fn reset(&mut self, from: u64, to: u64, checkpoint: i64) -> Call<()> {
+        self.call(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_reset(store, r, from, to, checkpoint)
+        })
+    }
+
+    /// `truncate-and-close`: the persists it fails.
+    pub fn truncate_and_close(&mut self, from: u64) -> Call<Vec<PersistCompletion>> {
+        self.completions(|b, store, r| {
+            b.dstl_changelog_writer()
+                .writer()
+                .call_truncate_and_close(store, r, from)
+        })
+    }
+
+    /// `close`: the persists it fails.
+    pub fn close(&mut self) -> Call<Vec<PersistCompletion>> {
+        self.completions(|b, store, r| b.dstl_changelog_writer().writer().call_close(store, r))
+    }
+
+    /// The mailbox entry points: hands one upload outcome to the guest and returns the
+    /// persists it completes.
+    pub fn deliver(&mut self, outcome: UploadOutcome) -> Result<Vec<PersistCompletion>, Trap> {
+        let answer = self.completions(|b, store, r| {
+            let api = b.dstl_changelog_writer().writer();
+            let completions = match outcome {
+                UploadOutcome::Succeeded { task, mut results } => {
+                    let ctx = store.data_mut();
+                    // A local copy this writer's discard already let go of (between the
+                    // upload's end and this delivery) is not handed to it again.
+                    let local_registry = &ctx.services.registries.local;
+                    for result in &mut results {
+                        if result
+                            .local
+                            .as_ref()
+                            .is_some_and(|l| !local_registry.claims(ctx.id, &l.handle.path))
+                        {
+                            result.local = None;
+                        }
+                    }
+                    ctx.holdings.add(&results);
+                    api.call_on_upload_succeeded(store, r, task, &to_wit_results(results))?
+                }
+                UploadOutcome::Failed { task, error } => {
+                    // The WIT boundary: the guest gets the reason as text.
+                    api.call_on_upload_failed(store, r, task, &error.to_string())?
+                }
+            };
+            Ok(Ok(completions))
+        })?;
+        Ok(answer.unwrap_or_default())
+    }
+
+    /// A call answering with completed persists; every snapshot among them counts as
+    /// returned to the caller.
+    fn completions(
+        &mut self,
+        f: impl FnOnce(
+            &Changelog,
+            &mut Store<WriterCtx>,
+            ResourceAny,
+        ) -> wasmtime::Result<
+            Result<Vec<super::bindings::wit::PersistCompletion>, super::bindings::wit::WriterError>,
+        >,
+    ) -> Call<Vec<PersistCompletion>> {
+        let completions = self.call(f)?.map(from_wit_completions);
+        if let Ok(completions) = &completions {
+            for completion in completions {
+                if let Ok(snapshot) = &completion.outcome {
+                    self.hand_out(snapshot);
+                }
+            }
+        }
+        Ok(completions)
+    }
+
+    fn hand_out(&mut self, snapshot: &SnapshotResult) {
+        self.store.data_mut().holdings.hand_out(snapshot);
+    }
+
+    /// Releases what the guest holds that no returned snapshot names (the writer closed,
+    /// or its sandbox is being dropped).
+    pub fn release_unreturned(&mut self) {
+        self.store.data_mut().release_unreturned();
+    }
+}

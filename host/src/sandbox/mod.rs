@@ -1,0 +1,22 @@
+//! The wasmtime side: everything that knows wasm. One engine and one pre-linked
+//! component per storage ([`engine`], with the precompiled-component [`cache`]); per
+//! writer a store and an instance ([`instance`]) whose data ([`context`]) serves the
+//! component's imports ([`imports`]); the generated [`bindings`] and their conversions to
+//! `dstl_proto` types; traps and their kinds ([`trap`]); and the component's exported
+//! decoder ([`decoder`]). Above this layer nothing sees a wasmtime type.
+
+pub(crate) mod bindings;
+pub(crate) mod cache;
+pub(crate) mod context;
+pub(crate) mod decoder;
+pub(crate) mod engine;
+pub(crate) mod imports;
+pub(crate) mod instance;
+pub(crate) mod trap;
+
+pub use decoder::ComponentDecoder;
+pub(crate) use engine::Runtime;
+pub use engine::WriterComponent;
+pub(crate) use instance::{Call, Instance, Limits};
+pub(crate) use trap::Trap;
+pub use trap::TrapKind;

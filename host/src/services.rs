@@ -1,0 +1,21 @@
+//! What every writer of a storage shares and its sandbox's imports use: the configuration,
+//! the upload scheduler, the registries, the deletion pool and the metrics.
+
+use std::sync::Arc;
+
+use crate::background::Outstanding;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::registry::{Discarder, Registries};
+use crate::upload::Scheduler;
+
+/// The services of one storage.
+pub(crate) struct Services {
+    pub config: Config,
+    pub scheduler: Arc<Scheduler>,
+    pub registries: Registries,
+    pub discarder: Discarder,
+    /// Uploads and deletions started and not finished.
+    pub outstanding: Outstanding,
+    pub metrics: Arc<Metrics>,
+}

@@ -1,0 +1,76 @@
+//! The upload layer: batching of upload tasks across writers ([`batcher`], driven by
+//! [`scheduler`]), the in-flight limit ([`throttle`]), retries with timeouts ([`retry`])
+//! and one upload attempt ([`attempt`]). It knows nothing of wasm or writers: each task's
+//! outcome goes back to whoever submitted it through an [`OutcomeSink`].
+
+pub(crate) mod attempt;
+pub(crate) mod batcher;
+pub(crate) mod retry;
+pub(crate) mod scheduler;
+pub(crate) mod throttle;
+
+use dstl_proto::types::UploadResult;
+
+pub(crate) use attempt::Uploader;
+pub(crate) use retry::{AttemptError, RetryPolicy};
+pub(crate) use scheduler::Scheduler;
+
+/// What happened to one upload task, for the writer that submitted it.
+#[derive(Debug)]
+pub(crate) enum UploadOutcome {
+    /// The task's change sets are in a file; one result per change set.
+    Succeeded {
+        task: u64,
+        results: Vec<UploadResult>,
+    },
+    /// The task failed for good.
+    Failed { task: u64, error: UploadError },
+}
+
+/// Receives the outcomes of the tasks it submitted: a writer's mailbox. Called from
+/// upload threads; an implementation hands the outcome over without blocking on the
+/// submitter's own calls.
+pub(crate) trait OutcomeSink: Send + Sync {
+    /// Takes one outcome.
+    fn deliver(&self, outcome: UploadOutcome);
+}
+
+/// Why an upload task failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UploadError {
+    /// The last attempt the retry policy allowed failed.
+    #[error("upload failed after {attempts} attempts; last: attempt {attempt}: {cause}")]
+    Failed {
+        /// Attempts started.
+        attempts: u32,
+        /// The attempt that failed last.
+        attempt: u32,
+        /// Why it failed.
+        #[source]
+        cause: AttemptError,
+    },
+    /// The last attempt the retry policy allowed timed out.
+    #[error(
+        "upload failed after {attempts} attempts; last: attempt {attempt} timed out after {} ms",
+        timeout.as_millis()
+    )]
+    TimedOut {
+        /// Attempts started.
+        attempts: u32,
+        /// The attempt that timed out last.
+        attempt: u32,
+        /// The per-attempt timeout.
+        timeout: std::time::Duration,
+    },
+    /// The storage was closed: the task was not accepted.
+    #[error("the changelog storage is closed")]
+    StorageClosed,
+    /// The storage closed while the task waited for its batch.
+    #[error("the changelog storage was closed before the upload started")]
+    ClosedBeforeStart,
+    /// The storage closed and stopped waiting for the task's running upload.
+    #[error(
+        "the changelog storage was closed while the upload was still running; it was abandoned"
+    )]
+    Abandoned,
+}

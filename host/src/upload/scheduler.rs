@@ -1,0 +1,335 @@
+//! The upload scheduler shared by all writers of a storage. Tasks of every writer queue
+//! together in a [`Batcher`]; a batch leaves as one file. Admission waits on the in-flight
+//! limit; the batch runs under the retry policy on the upload pool; each task's outcome
+//! goes to its own writer's [`OutcomeSink`], after its bytes were returned to the
+//! throttle, so a writer blocked on capacity is always woken.
+//!
+//! The batching decisions are [`Batcher`]'s; this is the thin tokio loop around it: one
+//! timer task sleeps until the batch's deadline and is woken when a new deadline is set.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use dstl_proto::types::UploadTask;
+use tokio::sync::{Notify, Semaphore};
+
+use super::batcher::Batcher;
+use super::retry::{self, RetryPolicy};
+use super::throttle::Throttle;
+use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
+use crate::background::{Job, Outstanding};
+use crate::metrics::Metrics;
+use crate::registry::{Registries, WriterId};
+
+/// Who submitted a task, to hand it its outcome.
+struct Recipient {
+    sink: Weak<dyn OutcomeSink>,
+    writer: WriterId,
+    task: u64,
+    size: u64,
+    /// Keeps [`Outstanding::wait_idle`] waiting until the outcome is delivered.
+    _job: Job,
+}
+
+/// A task waiting for its batch.
+struct Queued {
+    recipient: Recipient,
+    task: UploadTask,
+}
+
+struct Queue {
+    batcher: Batcher<Queued>,
+    closed: bool,
+}
+
+/// How a scheduler batches, retries and limits uploads.
+pub(crate) struct SchedulerSettings {
+    pub delay: std::time::Duration,
+    pub size_threshold: u64,
+    pub max_in_flight: u64,
+    pub policy: RetryPolicy,
+    pub threads: usize,
+}
+
+/// Batches, throttles and runs uploads.
+pub(crate) struct Scheduler {
+    policy: RetryPolicy,
+    queue: Mutex<Queue>,
+    /// Wakes the timer task when a batch gets a deadline or the queue closes.
+    timer: Arc<Notify>,
+    pub throttle: Throttle,
+    uploader: Arc<Uploader>,
+    registries: Registries,
+    permits: Arc<Semaphore>,
+    /// Batches running, by number: whoever takes a batch's recipients out delivers its
+    /// outcome (the batch when it ends, or [`Scheduler::abandon_running`] at close).
+    running: Mutex<HashMap<u64, Vec<Recipient>>>,
+    next_batch: AtomicU64,
+    runtime: tokio::runtime::Handle,
+    outstanding: Outstanding,
+    metrics: Arc<Metrics>,
+}
+
+impl Scheduler {
+    pub fn new(
+        settings: SchedulerSettings,
+        uploader: Arc<Uploader>,
+        registries: Registries,
+        runtime: tokio::runtime::Handle,
+        outstanding: Outstanding,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let scheduler = Arc::new(Self {
+            policy: settings.policy,
+            queue: Mutex::new(Queue {
+                batcher: Batcher::new(settings.delay, settings.size_threshold),
+                closed: false,
+            }),
+            timer: Arc::new(Notify::new()),
+            throttle: Throttle::new(settings.max_in_flight),
+            uploader,
+            registries,
+            permits: Arc::new(Semaphore::new(settings.threads)),
+            running: Mutex::new(HashMap::new()),
+            next_batch: AtomicU64::new(0),
+            runtime: runtime.clone(),
+            outstanding,
+            metrics,
+        });
+        runtime.spawn(Self::run_timer(Arc::downgrade(&scheduler)));
+        scheduler
+    }
+
+    /// Sends the queued batch when its delay has passed; ends with the scheduler.
+    async fn run_timer(this: Weak<Self>) {
+        loop {
+            let Some(scheduler) = this.upgrade() else {
+                return;
+            };
+            let deadline = {
+                let queue = scheduler.queue.lock().unwrap();
+                if queue.closed {
+                    return;
+                }
+                queue.batcher.poll_timeout()
+            };
+            // A wake-up between here and the wait is kept as a permit, so none is lost.
+            let timer = scheduler.timer.clone();
+            drop(scheduler);
+            let woken = timer.notified();
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        _ = woken => {}
+                        _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
+                    }
+                }
+                None => woken.await,
+            }
+            let Some(scheduler) = this.upgrade() else {
+                return;
+            };
+            let batch = scheduler
+                .queue
+                .lock()
+                .unwrap()
+                .batcher
+                .handle_timeout(Instant::now());
+            if let Some(batch) = batch {
+                scheduler.start(batch);
+            }
+        }
+    }
+
+    /// Accepts a task of `writer`. Blocks while the in-flight limit is reached (Flink's
+    /// back-pressure); never uploads on the caller's thread.
+    pub fn submit(
+        self: &Arc<Self>,
+        sink: Weak<dyn OutcomeSink>,
+        writer: WriterId,
+        task: UploadTask,
+    ) -> Result<(), UploadError> {
+        let size: u64 = task.change_sets.iter().map(|c| c.size).sum();
+        self.throttle
+            .admit(size)
+            .map_err(|_| UploadError::StorageClosed)?;
+        let mut queue = self.queue.lock().unwrap();
+        if queue.closed {
+            drop(queue);
+            self.throttle.release(size);
+            return Err(UploadError::StorageClosed);
+        }
+        let queued = Queued {
+            recipient: Recipient {
+                sink,
+                writer,
+                task: task.id,
+                size,
+                _job: self.outstanding.start(),
+            },
+            task,
+        };
+        let had_deadline = queue.batcher.poll_timeout().is_some();
+        let batch = queue.batcher.push(queued, size, Instant::now());
+        let new_deadline = !had_deadline && queue.batcher.poll_timeout().is_some();
+        drop(queue);
+        if let Some(batch) = batch {
+            self.start(batch);
+        } else if new_deadline {
+            self.timer.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Runs one batch as one file under the retry policy, off the caller's thread.
+    fn start(self: &Arc<Self>, batch: Vec<Queued>) {
+        if batch.is_empty() {
+            return;
+        }
+        self.metrics.upload_batch_sizes.record(batch.len() as u64);
+        let number = self.next_batch.fetch_add(1, Ordering::Relaxed);
+        let (recipients, tasks): (Vec<_>, Vec<_>) =
+            batch.into_iter().map(|q| (q.recipient, q.task)).unzip();
+        self.running.lock().unwrap().insert(number, recipients);
+        let this = self.clone();
+        let job = self.outstanding.start();
+        self.runtime.spawn(async move {
+            let tasks = Arc::new(tasks);
+            let uploader = this.uploader.clone();
+            let loser = this.uploader.clone();
+            let attempt_tasks = tasks.clone();
+            let outcome = retry::execute(
+                this.policy,
+                this.permits.clone(),
+                move |_| uploader.upload(&attempt_tasks),
+                move |file| loser.discard(file),
+                job,
+            )
+            .await;
+            let Some(recipients) = this.running.lock().unwrap().remove(&number) else {
+                // Abandoned at close: the persists failed already, so the file is nobody's.
+                if let Ok(success) = outcome {
+                    this.uploader.discard(success.result);
+                }
+                return;
+            };
+            let outcomes: Vec<UploadOutcome> = match outcome {
+                Ok(success) => {
+                    let file = success.result;
+                    this.metrics
+                        .attempts_per_upload
+                        .record(success.attempt as u64);
+                    this.metrics
+                        .total_attempts_per_upload
+                        .record(success.total_attempts as u64);
+                    Metrics::add(&this.metrics.uploaded_files, 1);
+                    Metrics::add(&this.metrics.written_bytes, file.written);
+                    this.registries
+                        .task
+                        .start_tracking(&file.remote, file.change_sets);
+                    if let Some(local) = &file.local {
+                        // A local copy is claimed by each writer with change sets in it.
+                        for (recipient, results) in recipients.iter().zip(&file.per_task) {
+                            this.registries.local.hold(
+                                recipient.writer,
+                                local,
+                                results.len() as u64,
+                            );
+                        }
+                    }
+                    recipients
+                        .iter()
+                        .zip(file.per_task)
+                        .map(|(recipient, results)| UploadOutcome::Succeeded {
+                            task: recipient.task,
+                            results,
+                        })
+                        .collect()
+                }
+                Err(error) => {
+                    tracing::warn!(tasks = tasks.len(), %error, "upload batch failed");
+                    recipients
+                        .iter()
+                        .map(|recipient| UploadOutcome::Failed {
+                            task: recipient.task,
+                            error: error.clone(),
+                        })
+                        .collect()
+                }
+            };
+            // Delivery calls into writers' sandboxes: keep it off the async workers.
+            let delivered = tokio::task::spawn_blocking(move || {
+                for (recipient, outcome) in recipients.into_iter().zip(outcomes) {
+                    this.throttle.release(recipient.size);
+                    this.deliver(&recipient, outcome);
+                }
+            });
+            if let Err(e) = delivered.await {
+                tracing::error!(error = %e, "delivering upload outcomes panicked");
+            }
+        });
+    }
+
+    /// Hands `outcome` to its writer; if the writer is gone, a success's files are
+    /// released on its behalf.
+    fn deliver(&self, recipient: &Recipient, outcome: UploadOutcome) {
+        match recipient.sink.upgrade() {
+            Some(sink) => sink.deliver(outcome),
+            None => {
+                if let UploadOutcome::Succeeded { results, .. } = outcome {
+                    self.registries.release_results(recipient.writer, &results);
+                }
+            }
+        }
+    }
+
+    /// Tasks waiting to be batched.
+    pub fn queue_size(&self) -> u64 {
+        self.queue.lock().unwrap().batcher.len() as u64
+    }
+
+    /// Fails queued tasks with a closed error and wakes writers waiting for capacity.
+    /// Batches already running finish and deliver as usual.
+    pub fn close(&self) {
+        let batch = {
+            let mut queue = self.queue.lock().unwrap();
+            queue.closed = true;
+            queue.batcher.take()
+        };
+        self.timer.notify_one();
+        self.throttle.close();
+        for queued in batch {
+            let recipient = queued.recipient;
+            self.throttle.release(recipient.size);
+            let outcome = UploadOutcome::Failed {
+                task: recipient.task,
+                error: UploadError::ClosedBeforeStart,
+            };
+            self.deliver(&recipient, outcome);
+        }
+    }
+
+    /// Fails every task of the batches still running (the storage is closing and will not
+    /// wait for them any longer); returns how many tasks were failed.
+    pub fn abandon_running(&self) -> usize {
+        let running: Vec<Recipient> = self
+            .running
+            .lock()
+            .unwrap()
+            .drain()
+            .flat_map(|(_, recipients)| recipients)
+            .collect();
+        let count = running.len();
+        for recipient in running {
+            self.throttle.release(recipient.size);
+            let outcome = UploadOutcome::Failed {
+                task: recipient.task,
+                error: UploadError::Abandoned,
+            };
+            self.deliver(&recipient, outcome);
+        }
+        count
+    }
+}

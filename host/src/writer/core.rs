@@ -1,0 +1,149 @@
+//! A writer's state behind its handle: the sandbox instance, the persists it owes, the
+//! host-side append buffer, and how every call into the guest runs.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use dstl_proto::types::{WriterConfig, WriterError};
+
+use super::buffer::AppendBuffer;
+use super::persist::Tickets;
+use crate::error::Error;
+use crate::registry::WriterId;
+use crate::sandbox::{Call, Instance, Trap};
+use crate::services::Services;
+use crate::upload::UploadOutcome;
+
+/// Shared between the [`super::Writer`] handle and the uploads in flight for it (as
+/// their [`crate::upload::OutcomeSink`]).
+pub(crate) struct WriterCore {
+    pub name: String,
+    pub id: WriterId,
+    pub config: WriterConfig,
+    pub state: Mutex<WriterState>,
+    /// Upload outcomes waiting for delivery (see `mailbox.rs`).
+    pub mailbox: Mutex<VecDeque<UploadOutcome>>,
+    pub services: Arc<Services>,
+}
+
+/// Everything a writer call may change, under one lock.
+pub(crate) struct WriterState {
+    /// The sandbox; `None` once it trapped or the writer was dropped.
+    pub instance: Option<Instance>,
+    /// Why the sandbox is gone, once it trapped.
+    pub failure: Option<Trap>,
+    pub book: Bookkeeping,
+}
+
+/// The host's side of a writer's state.
+#[derive(Default)]
+pub(crate) struct Bookkeeping {
+    pub tickets: Tickets,
+    /// Appends not yet handed to the guest (see [`super::Writer::append`]).
+    pub buffer: AppendBuffer,
+    /// Closed by `close` or `truncate-and-close`.
+    pub closed: bool,
+    /// The guest's open change-set bytes, mirrored so that a batch is handed over exactly
+    /// when an append reaches the pre-emptive threshold, as without buffering.
+    pub open_bytes: u64,
+}
+
+impl WriterCore {
+    pub fn new(
+        name: String,
+        id: WriterId,
+        config: WriterConfig,
+        instance: Option<Instance>,
+        services: Arc<Services>,
+    ) -> Self {
+        Self {
+            name,
+            id,
+            config,
+            state: Mutex::new(WriterState {
+                instance,
+                failure: None,
+                book: Bookkeeping::default(),
+            }),
+            mailbox: Mutex::new(VecDeque::new()),
+            services,
+        }
+    }
+
+    pub fn writer_error(&self, source: WriterError) -> Error {
+        Error::Writer {
+            writer: self.name.clone(),
+            source,
+        }
+    }
+
+    /// One guest call; a trap poisons the writer.
+    pub fn invoke<R>(
+        &self,
+        state: &mut WriterState,
+        f: impl FnOnce(&mut Instance, &mut Bookkeeping) -> Call<R>,
+    ) -> Result<R, Error> {
+        let WriterState { instance, book, .. } = state;
+        let outcome = instance.as_mut().map(|instance| f(instance, book));
+        match outcome {
+            None => Err(self.trapped_error(state)),
+            Some(Ok(Ok(value))) => Ok(value),
+            Some(Ok(Err(e))) => Err(self.writer_error(e)),
+            Some(Err(trap)) => {
+                self.poison(state, trap);
+                Err(self.trapped_error(state))
+            }
+        }
+    }
+
+    /// Hands buffered appends to the guest as one packed batch.
+    pub fn flush(&self, state: &mut WriterState) -> Result<(), Error> {
+        if state.book.buffer.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut state.book.buffer);
+        let result = self.invoke(state, |instance, book| {
+            let open = instance.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
+            Ok(super::buffer::mirror_open_bytes(&mut book.open_bytes, open))
+        });
+        // Keep the allocations for the next batch.
+        let mut batch = batch;
+        batch.clear();
+        state.book.buffer = batch;
+        result
+    }
+
+    /// The sandbox trapped: drop it and fail every pending persist with the cause.
+    fn poison(&self, state: &mut WriterState, trap: Trap) {
+        tracing::error!(writer = %self.name, kind = ?trap.kind, cause = %trap.cause, "writer sandbox trapped");
+        self.abandon(state);
+        state.failure = Some(trap);
+        let error = self.trapped_error(state);
+        state.book.tickets.fail_all(&error);
+    }
+
+    /// Drops the sandbox. The guest's references to uploaded files die with it: those no
+    /// returned snapshot names are released, so files that no one else needs (no other
+    /// writer, no confirmed checkpoint) are deleted; those of returned snapshots stay
+    /// tracked, since a coordinator may have completed that checkpoint already.
+    pub fn abandon(&self, state: &mut WriterState) {
+        if let Some(mut instance) = state.instance.take() {
+            instance.release_unreturned();
+        }
+    }
+
+    /// The error of any call once the sandbox is gone.
+    pub fn trapped_error(&self, state: &WriterState) -> Error {
+        match &state.failure {
+            Some(trap) => Error::Trapped {
+                writer: self.name.clone(),
+                kind: trap.kind,
+                cause: trap.cause.clone(),
+            },
+            None => Error::Writer {
+                writer: self.name.clone(),
+                source: WriterError::Closed(format!("writer {} was dropped", self.name)),
+            },
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The mailbox: upload outcomes reach the guest serially with the writer's own calls.
+//!
+//! Both run only while holding the writer's lock. A writer call drains the mailbox before
+//! and after itself; an outcome that arrives while the writer is idle is delivered at once
+//! by the thread that produced it. Nothing ever waits for the lock while holding another
+//! writer's lock, so delivery cannot deadlock.
+
+use super::core::{WriterCore, WriterState};
+use crate::upload::{OutcomeSink, UploadOutcome};
+
+impl OutcomeSink for WriterCore {
+    /// Queues an upload outcome and delivers it unless the writer is busy (then the
+    /// writer's own call delivers it before returning).
+    fn deliver(&self, outcome: UploadOutcome) {
+        self.mailbox.lock().unwrap().push_back(outcome);
+        self.pump();
+    }
+}
+
+impl WriterCore {
+    /// Delivers what waits, unless a call holds the writer (it drains before returning).
+    pub fn pump(&self) {
+        loop {
+            if self.mailbox.lock().unwrap().is_empty() {
+                return;
+            }
+            let Ok(mut state) = self.state.try_lock() else {
+                return;
+            };
+            self.drain(&mut state);
+        }
+    }
+
+    /// Delivers every waiting outcome to the guest.
+    pub fn drain(&self, state: &mut WriterState) {
+        loop {
+            let Some(outcome) = self.mailbox.lock().unwrap().pop_front() else {
+                return;
+            };
+            if state.instance.is_none() {
+                // The sandbox is gone: nobody will reference these files.
+                if let UploadOutcome::Succeeded { results, .. } = outcome {
+                    self.services.registries.release_results(self.id, &results);
+                }
+                continue;
+            }
+            // A trap is handled by `invoke` (the writer is poisoned, its persists fail).
+            let _ = self.invoke(state, |instance, book| {
+                let completions = instance.deliver(outcome)?;
+                book.tickets.resolve(&self.name, completions);
+                Ok(Ok(()))
+            });
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! One operator's writer: a sandboxed component instance ([`crate::sandbox`]), the
+//! host-side append buffer ([`buffer`]), the mailbox that delivers upload outcomes
+//! ([`mailbox`]), and persists as futures ([`persist`]).
+
+mod buffer;
+mod core;
+mod mailbox;
+mod persist;
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dstl_proto::codec::META_KEY_GROUP;
+use dstl_proto::types::{PersistCompletion, PersistReply, WriterConfig, WriterError};
+
+use self::buffer::{AppendBuffer, mirror_open_bytes};
+use self::core::{Bookkeeping, WriterCore};
+pub use self::persist::PersistFuture;
+use crate::error::Error;
+use crate::registry::WriterId;
+use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent};
+use crate::services::Services;
+use crate::upload::OutcomeSink;
+
+/// Per-writer sandbox settings.
+#[derive(Debug, Clone, Default)]
+pub struct WriterOptions {
+    /// Linear-memory cap of this writer's sandbox; the storage's
+    /// `dstl.writer.memory-limit` when `None`.
+    pub memory_limit: Option<u64>,
+    /// CPU time one call into this writer's sandbox may use; the storage's
+    /// `dstl.writer.call-timeout` when `None`.
+    pub call_timeout: Option<Duration>,
+    /// Another build of the writer component (it must implement the same WIT world);
+    /// the component built into dstl when `None`.
+    pub component: Option<WriterComponent>,
+}
+
+/// One operator's writer. Calls are serialized; the handle can be shared across threads.
+pub struct Writer {
+    core: Arc<WriterCore>,
+}
+
+impl Writer {
+    pub(crate) fn create(
+        services: Arc<Services>,
+        runtime: &Runtime,
+        id: WriterId,
+        config: WriterConfig,
+        options: WriterOptions,
+    ) -> Result<Self, Error> {
+        let limits = Limits {
+            memory: options
+                .memory_limit
+                .unwrap_or(services.config.writer_memory_limit),
+            call_timeout: options
+                .call_timeout
+                .unwrap_or(services.config.writer_call_timeout),
+        };
+        let pre = match &options.component {
+            Some(component) => &component.pre,
+            None => &runtime.pre,
+        };
+        let name = config.name.clone();
+        let mut setup_error = None;
+        let core = Arc::new_cyclic(|this: &Weak<WriterCore>| {
+            let sink: Weak<dyn OutcomeSink> = this.clone();
+            let instance = Instance::new(pre, services.clone(), sink, id, &config, limits)
+                .map_err(|trap| setup_error = Some(trap))
+                .ok();
+            WriterCore::new(name.clone(), id, config.clone(), instance, services.clone())
+        });
+        if let Some(trap) = setup_error {
+            return Err(Error::Trapped {
+                writer: name,
+                kind: trap.kind,
+                cause: trap.cause,
+            });
+        }
+        Ok(Self { core })
+    }
+
+    /// The operator name the writer was created with.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// The writer's id in its storage (local copies are owned per writer id).
+    pub fn id(&self) -> WriterId {
+        self.core.id
+    }
+
+    /// Appends a data change for `key_group`.
+    ///
+    /// Small changes are collected on the host side and handed to the writer as one
+    /// packed batch before any other operation of this writer (and whenever 256 KiB or
+    /// 4096 changes have gathered), so the order of operations is what the guest sees.
+    /// Bad arguments and a closed or failed writer are reported at once; what the
+    /// guest itself reports for a batch (a pre-emptive persist refused because an earlier
+    /// upload failed) is reported by the call that hands the batch over.
+    pub fn append(&self, key_group: i32, value: &[u8]) -> Result<(), Error> {
+        let check = self.core.config.check_change(key_group, value.len());
+        self.buffered(key_group, value, "append", check)
+    }
+
+    /// Appends a metadata change (buffered like [`Writer::append`]).
+    pub fn append_meta(&self, value: &[u8]) -> Result<(), Error> {
+        let check = WriterConfig::check_length(value.len());
+        self.buffered(META_KEY_GROUP, value, "append-meta", check)
+    }
+
+    /// Checks in the guest's order: a failed or closed writer first, then `check`.
+    fn buffered(
+        &self,
+        key_group: i32,
+        value: &[u8],
+        operation: &str,
+        check: Result<(), WriterError>,
+    ) -> Result<(), Error> {
+        let core = &self.core;
+        let mut state = core.state.lock().unwrap();
+        if state.instance.is_none() {
+            return Err(core.trapped_error(&state));
+        }
+        if state.book.closed {
+            return Err(core.writer_error(core.config.closed_error(operation)));
+        }
+        check.map_err(|e| core.writer_error(e))?;
+        if value.len() >= AppendBuffer::MAX_BYTES {
+            drop(state);
+            // Large values gain nothing from batching: hand them over directly.
+            return self.call(|instance, book| {
+                let open = instance.append_batch(&[key_group], &[value.len() as u32], value)?;
+                Ok(mirror_open_bytes(&mut book.open_bytes, open))
+            });
+        }
+        let book = &mut state.book;
+        book.buffer.push(key_group, value);
+        book.open_bytes = book.open_bytes.saturating_add(value.len() as u64);
+        let preemptive = book.open_bytes >= core.config.preemptive_persist_threshold;
+        if !preemptive && !book.buffer.is_full() {
+            return Ok(());
+        }
+        // As for any call: upload outcomes that arrived first are delivered first.
+        core.drain(&mut state);
+        let result = core.flush(&mut state);
+        core.drain(&mut state);
+        drop(state);
+        core.pump();
+        result
+    }
+
+    /// Appends many changes at once as packed columns: `lengths[i]` bytes of `data`
+    /// belong to `key_groups[i]` (-1 for metadata). A malformed batch appends nothing; a
+    /// batch whose change triggers a pre-emptive persist that fails (an earlier upload of
+    /// its change sets failed) appends up to and including that change, exactly as the
+    /// same appends one by one would.
+    pub fn append_batch(
+        &self,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data: &[u8],
+    ) -> Result<(), Error> {
+        self.call(|instance, book| {
+            let open = instance.append_batch(key_groups, lengths, data)?;
+            Ok(mirror_open_bytes(&mut book.open_bytes, open))
+        })
+    }
+
+    /// Always 0.
+    pub fn initial_sequence_number(&self) -> Result<u64, Error> {
+        self.call(|instance, _| instance.initial_sequence_number())
+    }
+
+    /// Closes the open change set (if non-empty) and returns the next sequence number.
+    pub fn next_sequence_number(&self) -> Result<u64, Error> {
+        self.call(|instance, book| {
+            book.open_bytes = 0;
+            instance.next_sequence_number()
+        })
+    }
+
+    /// Makes every change set from `from` on durable for `checkpoint`. The returned
+    /// future completes when the uploads it needs have landed (or failed).
+    pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
+        let name = &self.core.name;
+        self.call(|instance, book| {
+            let reply = instance.persist(from, checkpoint)?;
+            // The guest rolled the open change set over unless a precondition failed.
+            if matches!(reply, Ok(_) | Err(WriterError::UploadFailed(_))) {
+                book.open_bytes = 0;
+            }
+            Ok(reply.map(|reply| match reply {
+                PersistReply::Ready(snapshot) => PersistFuture::ready(Ok(snapshot)),
+                PersistReply::Pending(ticket) => book.tickets.wait_for(name, ticket),
+            }))
+        })
+    }
+
+    /// Drops change sets below `to`.
+    pub fn truncate(&self, to: u64) -> Result<(), Error> {
+        self.call(|instance, _| instance.truncate(to))
+    }
+
+    /// A checkpoint holding `[from, to)` was confirmed. Also after close, where it still
+    /// discards the writer's older local copies.
+    pub fn confirm(&self, from: u64, to: u64, checkpoint: i64) -> Result<(), Error> {
+        self.call(|instance, _| instance.confirm(from, to, checkpoint))
+    }
+
+    /// A checkpoint holding `[from, to)` was aborted.
+    pub fn reset(&self, from: u64, to: u64, checkpoint: i64) -> Result<(), Error> {
+        self.call(|instance, _| instance.reset(from, to, checkpoint))
+    }
+
+    /// Releases change sets from `from` on and closes; pending persists fail with `closed`.
+    pub fn truncate_and_close(&self, from: u64) -> Result<(), Error> {
+        self.closing(|instance| instance.truncate_and_close(from))
+    }
+
+    /// Closes the writer; pending persists fail with `closed`. Files no returned snapshot
+    /// names are released; those of returned snapshots stay for a later confirm (or for
+    /// `dstl gc`). Uploads still in flight are released when they land.
+    pub fn close(&self) -> Result<(), Error> {
+        self.closing(|instance| instance.close())
+    }
+
+    /// Why the sandbox failed, if it trapped.
+    pub fn failure(&self) -> Option<String> {
+        let state = self.core.state.lock().unwrap();
+        state.failure.as_ref().map(|trap| trap.cause.clone())
+    }
+
+    /// A call that closes the writer: the writer is marked closed under the same lock, so
+    /// no append can slip in between and be accepted only to be lost.
+    fn closing(
+        &self,
+        f: impl FnOnce(&mut Instance) -> Call<Vec<PersistCompletion>>,
+    ) -> Result<(), Error> {
+        let name = &self.core.name;
+        self.call(|instance, book| {
+            let completions = match f(instance)? {
+                Ok(completions) => completions,
+                Err(e) => return Ok(Err(e)),
+            };
+            book.closed = true;
+            book.tickets.resolve(name, completions);
+            instance.release_unreturned();
+            Ok(Ok(()))
+        })
+    }
+
+    /// Runs one guest call under the writer's lock: delivers waiting upload outcomes and
+    /// buffered appends first, and outcomes that arrived meanwhile after.
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&mut Instance, &mut Bookkeeping) -> Call<R>,
+    ) -> Result<R, Error> {
+        let core = &self.core;
+        let mut state = core.state.lock().unwrap();
+        core.drain(&mut state);
+        let result = core
+            .flush(&mut state)
+            .and_then(|()| core.invoke(&mut state, f));
+        core.drain(&mut state);
+        drop(state);
+        core.pump();
+        result
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Drop the sandbox now, releasing the files no returned snapshot names; those of
+        // returned snapshots stay tracked, as after Flink's close: a checkpoint the
+        // coordinator knows about may still need them (`dstl gc` collects true orphans).
+        // Uploads still in flight find the writer gone and release their files
+        // themselves, and pending persists see the writer dropped.
+        let core = &self.core;
+        let mut state = core.state.lock().unwrap();
+        core.abandon(&mut state);
+        state.book.tickets.clear();
+        // Outcomes posted while this held the lock: with no sandbox left, delivering them
+        // releases their files.
+        core.drain(&mut state);
+        drop(state);
+        core.pump();
+    }
+}

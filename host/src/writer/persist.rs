@@ -1,0 +1,144 @@
+//! Persists as futures: [`PersistFuture`] for the caller, and the tickets the writer keeps
+//! to complete them when the guest reports a pending persist finished.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use dstl_proto::types::{PersistCompletion, SnapshotResult, WriterError};
+use tokio::sync::oneshot;
+
+use crate::error::Error;
+
+/// What a persist ends with.
+pub(crate) type Outcome = Result<SnapshotResult, Error>;
+
+/// Pending persists of one writer, by the guest's ticket.
+#[derive(Default)]
+pub(crate) struct Tickets(HashMap<u64, oneshot::Sender<Outcome>>);
+
+impl Tickets {
+    /// A future for the persist the guest answered with `ticket`.
+    pub fn wait_for(&mut self, writer: &str, ticket: u64) -> PersistFuture {
+        let (tx, rx) = oneshot::channel();
+        self.0.insert(ticket, tx);
+        PersistFuture::waiting(writer.to_string(), rx)
+    }
+
+    /// Completes the persists the guest finished.
+    pub fn resolve(&mut self, writer: &str, completions: Vec<PersistCompletion>) {
+        for completion in completions {
+            let Some(tx) = self.0.remove(&completion.ticket) else {
+                tracing::warn!(
+                    writer,
+                    ticket = completion.ticket,
+                    "completion for an unknown persist"
+                );
+                continue;
+            };
+            let outcome = completion.outcome.map_err(|source| Error::Writer {
+                writer: writer.to_string(),
+                source,
+            });
+            // The caller may have dropped the future; that is fine.
+            let _ = tx.send(outcome);
+        }
+    }
+
+    /// Fails every pending persist with `error`.
+    pub fn fail_all(&mut self, error: &Error) {
+        for (_, tx) in self.0.drain() {
+            let _ = tx.send(Err(error.clone()));
+        }
+    }
+
+    /// Forgets every pending persist: their futures see the writer dropped.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// The outcome of a persist: ready at once, or completed by the writer's mailbox.
+pub struct PersistFuture {
+    state: FutureState,
+}
+
+enum FutureState {
+    Ready(Option<Outcome>),
+    Waiting {
+        writer: String,
+        rx: oneshot::Receiver<Outcome>,
+    },
+}
+
+fn dropped(writer: &str) -> Error {
+    Error::Writer {
+        writer: writer.to_string(),
+        source: WriterError::Closed(format!(
+            "writer {writer} was dropped before the persist completed"
+        )),
+    }
+}
+
+impl PersistFuture {
+    pub(crate) fn ready(outcome: Outcome) -> Self {
+        Self {
+            state: FutureState::Ready(Some(outcome)),
+        }
+    }
+
+    fn waiting(writer: String, rx: oneshot::Receiver<Outcome>) -> Self {
+        Self {
+            state: FutureState::Waiting { writer, rx },
+        }
+    }
+
+    /// True if the result was available when `persist` returned (nothing to upload).
+    pub fn is_immediate(&self) -> bool {
+        matches!(self.state, FutureState::Ready(_))
+    }
+
+    /// Blocks the calling thread until the persist completes. In async code, `.await`
+    /// the future instead (blocking inside a runtime is refused by tokio).
+    pub fn wait(self) -> Outcome {
+        match self.state {
+            FutureState::Ready(outcome) => outcome.expect("persist outcome taken twice"),
+            FutureState::Waiting { writer, rx } => {
+                rx.blocking_recv().unwrap_or_else(|_| Err(dropped(&writer)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for PersistFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.state {
+            FutureState::Ready(outcome) => f
+                .debug_tuple("PersistFuture::Ready")
+                .field(outcome)
+                .finish(),
+            FutureState::Waiting { writer, .. } => f
+                .debug_struct("PersistFuture::Waiting")
+                .field("writer", writer)
+                .finish(),
+        }
+    }
+}
+
+impl Future for PersistFuture {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match &mut self.state {
+            FutureState::Ready(outcome) => Poll::Ready(
+                outcome
+                    .take()
+                    .expect("persist future polled after completion"),
+            ),
+            FutureState::Waiting { writer, rx } => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or_else(|_| Err(dropped(writer)))),
+        }
+    }
+}

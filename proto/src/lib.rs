@@ -1,0 +1,14 @@
+//! The dstl writer's domain, as plain Rust with no runtime: what the writer component
+//! (`guest/`) exports through WIT, and what the host links natively to read files.
+//!
+//! - [`writer`]: the writer as a sans-IO state machine, driven by calls from the operator
+//!   and by upload outcomes that the host delivers; every effect goes through
+//!   [`writer::Effects`].
+//! - [`codec`]: the changelog file format, the only place that knows its bytes.
+//! - [`types`]: the values both sides exchange (mirrors of the WIT `types` interface).
+//!
+//! `ARCHITECTURE.md` at the repository root describes how the pieces fit together.
+
+pub mod codec;
+pub mod types;
+pub mod writer;
