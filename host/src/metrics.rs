@@ -1,4 +1,4 @@
-//! Metrics of the upload machinery, after Flink's `ChangelogStorage.*` metrics (spec §9.2):
+//! Metrics of the upload machinery, after Flink's `ChangelogStorage.*` metrics:
 //! counters, and histograms over a sliding window of the last 1000 samples.
 
 use std::collections::VecDeque;

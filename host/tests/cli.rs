@@ -1,4 +1,4 @@
-//! The `dstl` command line, run as a separate process (DESIGN.md, contract 2): `run`,
+//! The `dstl` command line, run as a separate process (README.md, "CLI"): `run`,
 //! `read`, `inspect` and `config`, their outputs and their errors.
 
 use std::path::{Path, PathBuf};
@@ -94,7 +94,7 @@ fn parse_read(stdout: &str) -> Vec<(i32, Vec<u8>)> {
         .collect()
 }
 
-/// The digest of DESIGN.md / golden: per change, 4-byte BE key group, 4-byte BE value
+/// The digest `dstl read --digest` prints (and the golden files record): per change, 4-byte BE key group, 4-byte BE value
 /// length, value.
 fn digest(changes: &[(i32, Vec<u8>)]) -> String {
     let mut hasher = Sha256::new();

@@ -1,6 +1,7 @@
 //! The changelog file format, byte-compatible with Apache Flink 2.x `StateChangeFormat`.
 //!
-//! This module is the only place that knows the layout (spec §6):
+//! This module is the only place that knows the layout (ARCHITECTURE.md, "The file
+//! format"):
 //!
 //! ```text
 //! file        := flag:u8 body                 flag 0x00 = plain, 0x01 = Snappy framed
@@ -415,7 +416,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The worked example of spec §6.2.
+    /// A worked example, checked byte for byte against Flink 2.3.0's own classes.
     fn example_blocks() -> Vec<Vec<u8>> {
         vec![
             encode_change_set([
@@ -474,7 +475,7 @@ mod tests {
 
     #[test]
     fn flink_compressed_example_decodes() {
-        // Spec §6.2: the same data as written by Flink with compression on.
+        // The same data as Flink writes it with compression on.
         let mut file = vec![
             0x01, 0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59,
         ];

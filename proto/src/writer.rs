@@ -1,5 +1,6 @@
 //! The writer: a deterministic, sans-IO state machine with the semantics of Flink's
-//! `FsStateChangelogWriter` (spec §2), minus its known holes (spec §12).
+//! `FsStateChangelogWriter` (ARCHITECTURE.md, "Writer semantics"), minus its known holes
+//! ("Where dstl differs from Flink", cited below as F1–F15).
 //!
 //! Every effect goes through [`Effects`]; the component implements it with host imports,
 //! unit tests with a recording fake. Nothing here reads a clock, spawns or does I/O.
@@ -27,7 +28,7 @@ pub trait Effects {
 
 impl WriterConfig {
     /// The error of an operation on a closed writer. Flink ignores appends after close
-    /// with a warning (FLINK-30729) and returns persists that never complete (§12.7); a
+    /// with a warning (FLINK-30729) and returns persists that never complete (F1); a
     /// typed error tells the caller.
     pub fn closed_error(&self, operation: &str) -> WriterError {
         WriterError::Closed(format!(
@@ -79,7 +80,7 @@ struct Listener {
     to: SequenceNumber,
     checkpoint: CheckpointId,
     results: BTreeMap<SequenceNumber, UploadResult>,
-    /// Payload bytes uploaded for this persist. Unlike Flink (§12.11) this counts every
+    /// Payload bytes uploaded for this persist. Unlike Flink (F4) this counts every
     /// upload that contributes, not only the one that completes the listener.
     incremental_size: u64,
 }
@@ -287,7 +288,7 @@ impl Writer {
         self.active_sqn += 1;
     }
 
-    /// Makes every change set from `from` on durable (spec §2.2, with the checks of §2.4 in
+    /// Makes every change set from `from` on durable (with the checks of ARCHITECTURE.md, "Writer semantics", in
     /// Flink's order and with its messages).
     pub fn persist(
         &mut self,
@@ -464,7 +465,7 @@ impl Writer {
             return Vec::new();
         };
         if self.closed {
-            // Flink deletes the whole (shared) file here (§12.5); other writers' change sets
+            // Flink deletes the whole (shared) file here (F3); other writers' change sets
             // may live in it, so only this writer's references are released.
             self.release_all(fx, &results);
             return Vec::new();
@@ -485,7 +486,7 @@ impl Writer {
                 let listener = self.listeners.remove(i);
                 let snapshot =
                     self.build_snapshot(fx, &listener.results, listener.incremental_size);
-                // Register under the checkpoint that uses the files (§12.10): Flink registers
+                // Register under the checkpoint that uses the files (F5): Flink registers
                 // results under the checkpoint of the persist that started the upload, so a
                 // later checkpoint that only waited on it lost its local files on confirm.
                 // Change sets truncated while the persist waited were released: the writer
@@ -589,7 +590,7 @@ impl Writer {
     }
 
     /// A checkpoint holding `[from, to)` was confirmed: its files now belong to it. As in
-    /// Flink this works after close too (spec §2.2): the coordinator's confirm still
+    /// Flink this works after close too: the coordinator's confirm still
     /// discards the writer's older local copies.
     pub fn confirm(
         &mut self,
@@ -639,7 +640,7 @@ impl Writer {
 
     /// Drops the local part of uploaded results whose local file was deleted, so later
     /// snapshots, including persists still waiting for uploads, never point at a deleted
-    /// local copy (§12.10, the abort case).
+    /// local copy (F5, the abort case).
     fn forget_local_copies(&mut self, discarded: &[String]) {
         if discarded.is_empty() {
             return;
@@ -699,7 +700,7 @@ impl Writer {
         self.close(fx)
     }
 
-    /// Closes the writer. Unlike Flink (§12.7), every pending persist fails with `closed`
+    /// Closes the writer. Unlike Flink (F2), every pending persist fails with `closed`
     /// instead of staying pending forever.
     pub fn close(&mut self, fx: &mut impl Effects) -> Result<Vec<PersistCompletion>, WriterError> {
         if self.closed {

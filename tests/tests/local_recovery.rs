@@ -1,7 +1,7 @@
-//! Local recovery (spec §5.4, §8.2; scenarios §11.1 items 7–9) through the wasmtime host:
+//! Local recovery (Flink's local-file scenarios) through the wasmtime host:
 //! every upload leaves a local copy, snapshots carry a local handle, and the local
 //! registry deletes copies as checkpoints are confirmed or aborted — without Flink's holes
-//! (§12.4, §12.6, §12.10).
+//! (ARCHITECTURE.md, F5, F6, F7, F14).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ fn local_copies_mirror_the_remote_files() {
     assert_eq!(changes[0].value, b"local");
 }
 
-/// §11.1 testLocalFileDiscard.
+/// Flink's testLocalFileDiscard.
 #[test]
 fn confirming_a_later_checkpoint_discards_older_local_copies() {
     let tmp = tempfile::tempdir().unwrap();
@@ -125,7 +125,7 @@ fn confirming_a_later_checkpoint_discards_older_local_copies() {
     assert!(again.local.is_none());
 }
 
-/// §11.1 testLocalFileAfterMaterialize: local files are registered at persist time.
+/// Flink's testLocalFileAfterMaterialize: local files are registered at persist time.
 #[test]
 fn local_copies_of_a_persisted_checkpoint_survive_materialization() {
     let tmp = tempfile::tempdir().unwrap();
@@ -147,7 +147,7 @@ fn local_copies_of_a_persisted_checkpoint_survive_materialization() {
     }
 }
 
-/// §11.1 testLocalFileAbort, with the fix of §12.10: after an abort no later snapshot
+/// Flink's testLocalFileAbort, with the fix of F5: after an abort no later snapshot
 /// points at a deleted local copy.
 #[test]
 fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() {
@@ -179,7 +179,7 @@ fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() 
     assert!(local_files(&cp4).iter().all(|f| f.exists()));
 }
 
-/// §12.10: a checkpoint that only waits on an upload started for an earlier checkpoint
+/// F5: a checkpoint that only waits on an upload started for an earlier checkpoint
 /// registers the files under its own id, so confirming it keeps them.
 #[test]
 fn a_checkpoint_waiting_on_an_earlier_upload_owns_its_local_copies() {
@@ -203,7 +203,7 @@ fn a_checkpoint_waiting_on_an_earlier_upload_owns_its_local_copies() {
     );
 }
 
-/// §12.4: a local-disk failure degrades to a remote-only result instead of failing.
+/// F6: a local-disk failure degrades to a remote-only result instead of failing.
 #[test]
 fn a_failing_local_disk_degrades_to_remote_only() {
     let tmp = tempfile::tempdir().unwrap();
@@ -299,7 +299,7 @@ fn one_writers_reset_keeps_another_writers_local_copies() {
 }
 
 /// A confirm that reaches a closed writer still discards its older local copies (Flink
-/// has no closed check there, spec §2.2).
+/// has no closed check there).
 #[test]
 fn confirm_after_close_discards_local_copies() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! Writer scenarios of spec §11.1, §11.2, §11.6 and §11.7, driven through the wasmtime
+//! Writer scenarios after Flink's writer, storage and registry tests, driven through the wasmtime
 //! host against a real directory: every call crosses into the writer component.
 
 use std::collections::BTreeMap;
@@ -75,7 +75,7 @@ fn repair_uploads(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
 }
 
-// ---- §11.1 FsStateChangelogWriterTest ----
+// ---- Flink's FsStateChangelogWriterTest ----
 
 #[test]
 fn append_below_threshold_uploads_nothing() {
@@ -292,7 +292,7 @@ fn persist_of_truncated_changes_is_rejected() {
     );
 }
 
-// ---- §11.2 FsStateChangelogWriterSqnTest ----
+// ---- Flink's FsStateChangelogWriterSqnTest ----
 
 #[test]
 fn sequence_numbers_advance_only_on_rollover_of_appended_changes() {
@@ -361,7 +361,7 @@ fn sequence_numbers_advance_only_on_rollover_of_appended_changes() {
     }
 }
 
-// ---- §2.4 preconditions and their messages, through the component ----
+// ---- preconditions and their messages, through the component ----
 
 #[test]
 fn preconditions_are_typed_errors_with_exact_messages() {
@@ -451,7 +451,7 @@ fn close_fails_pending_persists_and_releases_late_uploads() {
     assert_eq!(left, returned, "closed writers leave no unreferenced file");
 }
 
-// ---- §11.6 FsStateChangelogStorageTest ----
+// ---- Flink's FsStateChangelogStorageTest ----
 
 fn write_and_read(compression: bool) {
     let tmp = tempfile::tempdir().unwrap();
@@ -556,7 +556,7 @@ fn random_round_trips_many_writers() {
     }
 }
 
-// ---- §11.7 registries and uploader layout ----
+// ---- registries and uploader layout ----
 
 #[test]
 fn files_go_to_base_job_dstl() {

@@ -9,9 +9,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use rand::{Rng, RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+
+mod density;
+mod input;
+mod measure;
+
+pub use density::{Density, density};
+use input::Changes;
+pub use measure::{current_rss_mb, disk_baseline_mb_per_s, peak_rss_mb};
 
 use crate::recovery::manifest::Manifest;
 use crate::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
@@ -186,35 +192,6 @@ const BATCH: u64 = 512;
 
 /// Checkpoints whose persist may still be running while the operator appends on.
 const OUTSTANDING_CHECKPOINTS: usize = 2;
-
-/// The seeded stream of one writer's changes; regenerated to verify.
-struct Changes {
-    rng: ChaCha8Rng,
-    key_groups: i32,
-    size: usize,
-}
-
-impl Changes {
-    fn new(workload: &Workload, index: usize) -> Self {
-        Self {
-            rng: ChaCha8Rng::seed_from_u64(
-                workload.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            ),
-            key_groups: workload.key_groups,
-            size: workload.change_size,
-        }
-    }
-
-    /// Appends the next change to packed columns.
-    fn next_into(&mut self, key_groups: &mut Vec<i32>, lengths: &mut Vec<u32>, data: &mut Vec<u8>) {
-        let key_group = self.rng.random_range(0..self.key_groups);
-        let start = data.len();
-        data.resize(start + self.size, 0);
-        self.rng.fill_bytes(&mut data[start..]);
-        key_groups.push(key_group);
-        lengths.push(self.size as u32);
-    }
-}
 
 /// Changes as packed columns, the shape `append_batch` takes.
 #[derive(Default)]
@@ -423,32 +400,8 @@ fn verify(
     Ok(())
 }
 
-/// Peak resident set size of this process in MB.
-pub fn peak_rss_mb() -> f64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    usage.ru_maxrss as f64 / 1024.0
-}
-
-/// Resident set size of this process now, in MB (Linux; 0 elsewhere).
-pub fn current_rss_mb() -> f64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: f64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
-    pages * page / 1e6
-}
-
 impl Workload {
-    /// One of the standard benchmark workloads of DESIGN.md (`small`, `fanout`, `large`,
+    /// One of the standard benchmark workloads (BENCHMARKS.md) (`small`, `fanout`, `large`,
     /// `small-z`); the compression flag is returned with it.
     pub fn standard(name: &str, seed: u64) -> anyhow::Result<(Self, bool)> {
         let (writers, changes, change_size, compression) = match name {
@@ -471,65 +424,4 @@ impl Workload {
             compression,
         ))
     }
-}
-
-/// Sequential write speed of the disk under `dir`: `bytes` written with plain 1 MiB
-/// writes and one fsync, in MB/s. The baseline the benchmarks compare against.
-pub fn disk_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Result<f64> {
-    use std::io::Write;
-    let path = dir.join(format!("baseline-{}", uuid::Uuid::new_v4()));
-    let chunk = vec![0x5au8; 1 << 20];
-    let started = Instant::now();
-    {
-        let mut file = std::fs::File::create(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            file.write_all(&chunk[..n])?;
-            left -= n as u64;
-        }
-        file.sync_all()?;
-    }
-    let elapsed = started.elapsed();
-    std::fs::remove_file(&path)?;
-    Ok(bytes as f64 / 1e6 / elapsed.as_secs_f64())
-}
-
-/// What the density benchmark measured.
-#[derive(Debug, Clone, Serialize)]
-pub struct Density {
-    /// Writers created.
-    pub writers: usize,
-    /// Mean time to create one writer (instantiate its sandbox), in µs.
-    pub us_per_writer: f64,
-    /// Resident memory before creating them.
-    pub rss_before_mb: f64,
-    /// Resident memory with all of them alive and idle.
-    pub rss_after_mb: f64,
-    /// Resident memory per idle writer.
-    pub kib_per_writer: f64,
-}
-
-/// Creates `writers` writers in one process and measures time and memory per writer.
-pub fn density(storage: &ChangelogStorage, writers: usize) -> anyhow::Result<Density> {
-    let range = KeyGroupRange { start: 0, end: 127 };
-    // Warm up: the first instance pays one-time costs.
-    drop(storage.create_writer("warm-up", range)?);
-    let rss_before_mb = current_rss_mb();
-    let started = Instant::now();
-    let mut alive = Vec::with_capacity(writers);
-    for i in 0..writers {
-        alive.push(storage.create_writer(&format!("op-{i}"), range)?);
-    }
-    let elapsed = started.elapsed();
-    let rss_after_mb = current_rss_mb();
-    drop(alive);
-    Ok(Density {
-        writers,
-        us_per_writer: elapsed.as_secs_f64() * 1e6 / writers.max(1) as f64,
-        rss_before_mb,
-        rss_after_mb,
-        kib_per_writer: (rss_after_mb - rss_before_mb) * 1e6 / 1024.0 / writers.max(1) as f64,
-    })
 }

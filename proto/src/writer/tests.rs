@@ -1,6 +1,7 @@
 //! Native unit tests of the writer state machine: the upstream `FsStateChangelogWriterTest`
-//! and `FsStateChangelogWriterSqnTest` scenarios (spec §11.1, §11.2), the preconditions and
-//! messages of §2.4, and the deliberate fixes of §12.
+//! and `FsStateChangelogWriterSqnTest` scenarios, the preconditions and their messages
+//! (ARCHITECTURE.md, "Writer semantics"), and the deliberate fixes ("Where dstl differs
+//! from Flink", F1–F15).
 //!
 //! Effects go to [`Fake`], which records everything and models Flink's two registries: the
 //! task registry (ref count per file, started at the number of change sets in the file) and
@@ -363,7 +364,7 @@ fn change(key_group: i32, value: &[u8]) -> Change {
 }
 
 // ---------------------------------------------------------------------------------------
-// §11.1 FsStateChangelogWriterTest
+// Flink's FsStateChangelogWriterTest
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -734,7 +735,7 @@ fn test_local_file_abort() {
     let result3 = completed(&upload_all(&mut w, &mut fx), ticket3);
     w.confirm(&mut fx, initial, cp3_sqn, checkpoint).unwrap();
 
-    // Our fix (§12.10): later snapshots never reference a discarded local copy. Three of
+    // Our fix (F5): later snapshots never reference a discarded local copy. Three of
     // the four change sets lost theirs, so checkpoint 3 is remote-only (with a warning).
     assert_eq!(result3.remote.entries.len(), 4);
     if let Some(local3) = &result3.local {
@@ -898,7 +899,7 @@ fn test_truncate() {
 }
 
 // ---------------------------------------------------------------------------------------
-// §11.2 FsStateChangelogWriterSqnTest (threshold infinite)
+// Flink's FsStateChangelogWriterSqnTest (threshold infinite)
 // ---------------------------------------------------------------------------------------
 
 fn active_after(ops: impl FnOnce(&mut Writer, &mut Fake)) -> SequenceNumber {
@@ -1007,7 +1008,7 @@ fn sqn_truncate_next_after_append() {
 }
 
 // ---------------------------------------------------------------------------------------
-// §2.4 preconditions and exact messages
+// Preconditions and exact messages
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -1404,7 +1405,7 @@ fn packed_batch_huge_length_fails_the_total_check_first() {
 }
 
 // ---------------------------------------------------------------------------------------
-// §12 deliberate fixes and other port behaviour
+// Deliberate fixes (F1–F15) and other port behaviour
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -1441,8 +1442,8 @@ fn operations_after_close_return_closed() {
     assert_eq!(w.active_sequence_number(), 0);
     assert!(fx.scheduled.is_empty());
     assert!(fx.local_discards.is_empty());
-    // The coordinator's confirm and abort still reach the local registry (spec §2.2: no
-    // closed check), and their ranges are still checked.
+    // The coordinator's confirm and abort still reach the local registry (Flink has no
+    // closed check there), and their ranges are still checked.
     assert_eq!(w.confirm(&mut fx, 0, 0, 1), Ok(()));
     assert_eq!(w.reset(&mut fx, 0, 0, 2), Ok(()));
     assert_eq!(fx.local_discards, vec![(1, vec![]), (3, vec![])]);
@@ -1863,7 +1864,7 @@ fn truncate_and_close_releases_entries_from_on_only() {
 #[test]
 fn local_files_registered_under_the_checkpoint_that_waits_on_them() {
     // Checkpoint 2 only waits on checkpoint 1's upload; Flink registers the result under 1
-    // only, so confirming 2 deleted it (§12.10).
+    // only, so confirming 2 deleted it (F5).
     let mut w = local_writer(u64::MAX);
     let mut fx = Fake::with_local_copies();
     w.append(&mut fx, KG, b"a").unwrap();

@@ -1,0 +1,122 @@
+//! `dstl bench`: one standard benchmark workload in a fresh temporary directory.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use dstl::ChangelogStorage;
+use dstl::workload::{self, Workload};
+
+use super::ConfArgs;
+
+/// `dstl bench` options.
+#[derive(Args, Debug)]
+pub(super) struct BenchArgs {
+    /// small, fanout, large, small-z (BENCHMARKS.md), or density (many idle writers).
+    #[arg(long)]
+    pub(super) workload: String,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// A hundredth of the work: checks that the benchmark runs, measures nothing.
+    #[arg(long)]
+    pub(super) quick: bool,
+    /// Writers of the density benchmark.
+    #[arg(long, default_value_t = 10_000)]
+    pub(super) writers: usize,
+    /// Where to make the temporary directory [default: the system's temp dir].
+    #[arg(long)]
+    pub(super) tmp: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) conf: ConfArgs,
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let root = args.tmp.clone().unwrap_or_else(std::env::temp_dir);
+    let tmp = TempDir(root.join(format!("dstl-bench-{}", uuid::Uuid::new_v4().simple())));
+    std::fs::create_dir_all(&tmp.0)
+        .with_context(|| format!("cannot create {}", tmp.0.display()))?;
+    let mut config = args.conf.build(&tmp.0.to_string_lossy())?;
+    if args.workload == "density" {
+        let writers = if args.quick {
+            args.writers.div_ceil(100)
+        } else {
+            args.writers
+        };
+        config.max_writers = u32::try_from(writers + 16).context("--writers is too large")?;
+        let storage = ChangelogStorage::open(config)?;
+        let result = workload::density(&storage, writers)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&result)?);
+        } else {
+            println!(
+                "density: {} writers, {:.1} µs each, {:.1} KiB RSS each ({:.0} MB -> {:.0} MB)",
+                result.writers,
+                result.us_per_writer,
+                result.kib_per_writer,
+                result.rss_before_mb,
+                result.rss_after_mb
+            );
+        }
+        return Ok(());
+    }
+    let (mut load, compression) = Workload::standard(&args.workload, 42)?;
+    if args.quick {
+        load.changes /= 100;
+        load.checkpoint_every = load.checkpoint_every.div_ceil(100);
+    }
+    config.compression |= compression;
+    let storage = ChangelogStorage::open(config)?;
+    let summary = workload::run(&storage, &load, &|_| {})?;
+    storage.close();
+    let baseline = workload::disk_baseline_mb_per_s(&tmp.0, summary.bytes_written.max(1))?;
+    let report = serde_json::json!({
+        "workload": args.workload,
+        "quick": args.quick,
+        "baseline_disk_mb_per_s": baseline,
+        "written_mb_per_s": summary.bytes_written as f64 / 1e6 / summary.wall_s,
+        "disk_ratio": summary.bytes_written as f64 / 1e6 / summary.wall_s / baseline,
+        "summary": summary,
+    });
+    if args.json {
+        let mut flat = serde_json::to_value(&summary)?;
+        for key in [
+            "workload",
+            "quick",
+            "baseline_disk_mb_per_s",
+            "written_mb_per_s",
+            "disk_ratio",
+        ] {
+            flat[key] = report[key].clone();
+        }
+        println!("{}", serde_json::to_string(&flat)?);
+    } else {
+        println!(
+            "{}: {:.0} appends/s, {:.1} MB/s payload, persist p50 {:.1} ms p99 {:.1} ms, {} files, peak RSS {:.0} MB, {:.2} s",
+            args.workload,
+            summary.appends_per_s,
+            summary.payload_mb_per_s,
+            summary.persist_p50_ms,
+            summary.persist_p99_ms,
+            summary.files,
+            summary.peak_rss_mb,
+            summary.wall_s
+        );
+        println!(
+            "  disk: {:.0} MB/s written vs {:.0} MB/s raw sequential write + fsync (ratio {:.2})",
+            report["written_mb_per_s"].as_f64().unwrap_or(0.0),
+            baseline,
+            report["disk_ratio"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}

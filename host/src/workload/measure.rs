@@ -1,0 +1,52 @@
+//! Measurements around a run: memory of the process and the disk's own speed.
+
+use std::time::Instant;
+
+use anyhow::Context;
+
+/// Peak resident set size of this process in MB.
+pub fn peak_rss_mb() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    usage.ru_maxrss as f64 / 1024.0
+}
+
+/// Resident set size of this process now, in MB (Linux; 0 elsewhere).
+pub fn current_rss_mb() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
+    pages * page / 1e6
+}
+
+/// Sequential write speed of the disk under `dir`: `bytes` written with plain 1 MiB
+/// writes and one fsync, in MB/s. The baseline the benchmarks compare against.
+pub fn disk_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Result<f64> {
+    use std::io::Write;
+    let path = dir.join(format!("baseline-{}", uuid::Uuid::new_v4()));
+    let chunk = vec![0x5au8; 1 << 20];
+    let started = Instant::now();
+    {
+        let mut file = std::fs::File::create(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            file.write_all(&chunk[..n])?;
+            left -= n as u64;
+        }
+        file.sync_all()?;
+    }
+    let elapsed = started.elapsed();
+    std::fs::remove_file(&path)?;
+    Ok(bytes as f64 / 1e6 / elapsed.as_secs_f64())
+}
