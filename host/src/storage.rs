@@ -52,7 +52,11 @@ impl ChangelogStorage {
                         e,
                     )
                 })?;
-                Arc::new(store.with_buffer_size(config.upload_buffer_size as usize))
+                Arc::new(
+                    store
+                        .with_buffer_size(config.upload_buffer_size as usize)
+                        .with_fsync(config.local_fsync),
+                )
             }
             Location::S3 { bucket, prefix } => Arc::new(
                 S3Store::open(&config.s3, &bucket, &prefix, &config.job_id).map_err(|e| {
@@ -81,7 +85,11 @@ impl ChangelogStorage {
                     e,
                 )
             })?;
-            Some(store.with_buffer_size(config.upload_buffer_size as usize))
+            Some(
+                store
+                    .with_buffer_size(config.upload_buffer_size as usize)
+                    .with_fsync(config.local_fsync),
+            )
         } else {
             None
         };

@@ -65,6 +65,10 @@ pub struct Config {
     pub base_path: PathBuf,
     /// Snappy-frame files (`dstl.dfs.compression.enabled`).
     pub compression: bool,
+    /// Fsync every file and new directory of a local store before its upload counts
+    /// (`dstl.dfs.local.fsync`). Off trades durability on power loss for speed, as
+    /// Flink's local file system does; files still appear only whole.
+    pub local_fsync: bool,
     /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
     pub preemptive_persist_threshold: u64,
     /// Batching delay (`dstl.dfs.batch.persist-delay`).
@@ -122,6 +126,7 @@ impl Default for Config {
         Self {
             base_path: PathBuf::from("dstl-data"),
             compression: false,
+            local_fsync: true,
             preemptive_persist_threshold: 5 << 20,
             persist_delay: Duration::from_millis(10),
             persist_size_threshold: 10 << 20,
@@ -148,6 +153,7 @@ impl Default for Config {
 pub const KEYS: &[&str] = &[
     "dstl.dfs.base-path",
     "dstl.dfs.compression.enabled",
+    "dstl.dfs.local.fsync",
     "dstl.dfs.preemptive-persist-threshold",
     "dstl.dfs.batch.persist-delay",
     "dstl.dfs.batch.persist-size-threshold",
@@ -212,6 +218,7 @@ impl Config {
                 self.base_path = PathBuf::from(value);
             }
             "dstl.dfs.compression.enabled" => self.compression = boolean()?,
+            "dstl.dfs.local.fsync" => self.local_fsync = boolean()?,
             "dstl.dfs.preemptive-persist-threshold" => {
                 self.preemptive_persist_threshold = memory()?
             }
@@ -376,6 +383,7 @@ impl Config {
         let values = [
             self.base_path.display().to_string(),
             self.compression.to_string(),
+            self.local_fsync.to_string(),
             format!("{}b", self.preemptive_persist_threshold),
             ms(self.persist_delay),
             format!("{}b", self.persist_size_threshold),

@@ -14,6 +14,8 @@ pub struct LocalStore {
     dir: PathBuf,
     /// Bytes gathered before one `write` (`dstl.dfs.upload.buffer-size`).
     buffer_size: usize,
+    /// Fsync files and the directory before a create returns (`dstl.dfs.local.fsync`).
+    fsync: bool,
 }
 
 /// Flink's default `dstl.dfs.upload.buffer-size`.
@@ -29,7 +31,16 @@ impl LocalStore {
         Ok(Self {
             dir,
             buffer_size: DEFAULT_BUFFER_SIZE,
+            fsync: true,
         })
+    }
+
+    /// Whether a create fsyncs the file and the directory before it returns. Without,
+    /// a file still appears only whole (written under a temporary name, then linked),
+    /// but a power loss may take files whose uploads counted as done.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
     }
 
     /// Writes files through a buffer of `bytes`: change-set blocks smaller than it are
@@ -104,13 +115,18 @@ impl LocalStore {
                 file.write_all(part)?;
             }
             let file = file.into_inner().map_err(|e| e.into_error())?;
-            file.sync_all()?;
+            if self.fsync {
+                file.sync_all()?;
+            }
             drop(file);
             // A hard link creates the name only if it is free, so a file is never
             // overwritten, and it appears with all its bytes at once.
             fs::hard_link(&staging, &target)?;
             linked = true;
-            File::open(&self.dir)?.sync_all()
+            if self.fsync {
+                File::open(&self.dir)?.sync_all()?;
+            }
+            Ok(())
         })();
         let _ = fs::remove_file(&staging);
         if result.is_err() && linked {

@@ -1,40 +1,106 @@
-//! The operators' input: a seeded stream of changes per writer, regenerated to verify.
+//! The operators' input, at the cost of the Flink harness's: each value is copied from a
+//! seeded, pre-generated random pool at an offset derived from the change's index, with
+//! the index in its first 8 bytes, and key group `index % key_groups`. Regenerable from
+//! the seed for verification.
 
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::Workload;
+/// The random bytes values are cut from.
+pub(crate) struct Pool {
+    bytes: Vec<u8>,
+    /// Offsets are masked into `0..=mask`, so a value never runs past the end.
+    mask: usize,
+}
 
-/// The seeded stream of one writer's changes; regenerated to verify.
-pub(super) struct Changes {
-    rng: ChaCha8Rng,
-    key_groups: i32,
+impl Pool {
+    /// A pool for values of `size` bytes: at least 2 MiB, and 8 values' worth.
+    pub fn new(seed: u64, size: usize) -> Self {
+        let span = (size * 4).max(1 << 20).next_power_of_two() * 2;
+        let mut bytes = vec![0u8; span + size];
+        ChaCha8Rng::seed_from_u64(seed).fill_bytes(&mut bytes);
+        Self {
+            bytes,
+            mask: span - 1,
+        }
+    }
+}
+
+/// The changes of one writer.
+pub(crate) struct Changes<'a> {
+    pool: &'a Pool,
+    writer: u64,
+    key_groups: u64,
     size: usize,
 }
 
-impl Changes {
-    pub(super) fn new(workload: &Workload, index: usize) -> Self {
+impl<'a> Changes<'a> {
+    pub fn new(pool: &'a Pool, writer: usize, key_groups: i32, size: usize) -> Self {
         Self {
-            rng: ChaCha8Rng::seed_from_u64(
-                workload.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            ),
-            key_groups: workload.key_groups,
-            size: workload.change_size,
+            pool,
+            writer: writer as u64,
+            key_groups: key_groups as u64,
+            size,
         }
     }
 
-    /// Appends the next change to packed columns.
-    pub(super) fn next_into(
-        &mut self,
+    /// The key group of change `index`.
+    pub fn key_group(&self, index: u64) -> i32 {
+        (index % self.key_groups) as i32
+    }
+
+    /// Appends the value of change `index` to `out`.
+    pub fn value_into(&self, index: u64, out: &mut Vec<u8>) {
+        let offset = (index
+            .wrapping_mul(8191)
+            .wrapping_add(self.writer.wrapping_mul(131)) as usize)
+            & self.pool.mask;
+        let start = out.len();
+        out.extend_from_slice(&self.pool.bytes[offset..offset + self.size]);
+        let tag = index.to_be_bytes();
+        let n = self.size.min(8);
+        out[start..start + n].copy_from_slice(&tag[..n]);
+    }
+
+    /// Appends change `index` to packed columns.
+    pub fn next_into(
+        &self,
+        index: u64,
         key_groups: &mut Vec<i32>,
         lengths: &mut Vec<u32>,
         data: &mut Vec<u8>,
     ) {
-        let key_group = self.rng.random_range(0..self.key_groups);
-        let start = data.len();
-        data.resize(start + self.size, 0);
-        self.rng.fill_bytes(&mut data[start..]);
-        key_groups.push(key_group);
+        key_groups.push(self.key_group(index));
         lengths.push(self.size as u32);
+        self.value_into(index, data);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_carry_their_index_and_differ_by_writer() {
+        let pool = Pool::new(42, 100);
+        let a = Changes::new(&pool, 0, 128, 100);
+        let b = Changes::new(&pool, 1, 128, 100);
+        let (mut va, mut vb) = (Vec::new(), Vec::new());
+        a.value_into(300, &mut va);
+        b.value_into(300, &mut vb);
+        assert_eq!(va.len(), 100);
+        assert_eq!(&va[..8], &300u64.to_be_bytes());
+        assert_eq!(&vb[..8], &300u64.to_be_bytes());
+        assert_ne!(va[8..], vb[8..]);
+        assert_eq!(a.key_group(300), 300 % 128);
+        // Regenerable: the same pool gives the same bytes.
+        let mut again = Vec::new();
+        Changes::new(&Pool::new(42, 100), 0, 128, 100).value_into(300, &mut again);
+        assert_eq!(va, again);
+        // Short values hold a prefix of the index.
+        let pool = Pool::new(1, 3);
+        let mut short = Vec::new();
+        Changes::new(&pool, 0, 1, 3).value_into(7, &mut short);
+        assert_eq!(short, &7u64.to_be_bytes()[..3]);
     }
 }

@@ -3,7 +3,7 @@
 //! the last checkpoint of every writer is read back and checked against what was
 //! appended.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ mod input;
 mod measure;
 
 pub use density::{Density, density};
-use input::Changes;
+use input::{Changes, Pool};
 pub use measure::{current_rss_mb, disk_baseline_mb_per_s, peak_rss_mb};
 
 use crate::recovery::manifest::Manifest;
@@ -123,13 +123,15 @@ pub fn run(
         workload.changes / workload.writers as u64
             + u64::from((index as u64) < workload.changes % workload.writers as u64)
     };
+    let pool = Pool::new(workload.seed, workload.change_size);
     let started = Instant::now();
     let outcomes: Vec<anyhow::Result<WriterOutcome>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workload.writers)
             .map(|index| {
                 let appended = &appended;
+                let pool = &pool;
                 scope.spawn(move || {
-                    run_writer(storage, workload, index, share(index), &|n| {
+                    run_writer(storage, workload, pool, index, share(index), &|n| {
                         progress(appended.fetch_add(n, Ordering::Relaxed) + n)
                     })
                     .with_context(|| format!("writer op-{index}"))
@@ -190,9 +192,6 @@ pub fn run(
 /// Appends per batch call: large enough to amortize the call into the sandbox.
 const BATCH: u64 = 512;
 
-/// Checkpoints whose persist may still be running while the operator appends on.
-const OUTSTANDING_CHECKPOINTS: usize = 2;
-
 /// Changes as packed columns, the shape `append_batch` takes.
 #[derive(Default)]
 struct PackedBatch {
@@ -209,31 +208,70 @@ impl PackedBatch {
     }
 }
 
-/// A persist in flight, confirmed (as a checkpoint coordinator would) when it completes.
+/// A persist in flight, confirmed when it completes.
 struct Pending {
     future: crate::PersistFuture,
+    checkpoint: Checkpoint,
+}
+
+/// What a checkpoint holds.
+struct Checkpoint {
     started: Instant,
-    checkpoint: i64,
+    id: i64,
     from: u64,
     to: u64,
-    /// Where to truncate once confirmed: the next checkpoint's `from`.
-    truncate_to: u64,
-    /// Change indexes `[first, last)` the snapshot holds.
+    /// Change indexes `[first, end)` the snapshot holds.
     changes: (u64, u64),
 }
 
-/// One operator: appends and triggers checkpoints on its own thread, like a task thread;
-/// a second thread confirms checkpoints as their persists complete, like the checkpoint
-/// coordinator, so appending never waits for an upload unless
-/// [`OUTSTANDING_CHECKPOINTS`] are in flight.
-///
-/// Checkpoint `k` persists from the end of checkpoint `k - 2` (a materialization that
-/// lags one checkpoint), and confirming it truncates up to the end of `k - 1`, which
-/// checkpoint `k` holds and which is where checkpoint `k + 1` starts. So ranges do not
-/// depend on timing, and nothing is truncated that a pending persist still needs.
+/// Where one operator stands: what it confirmed and what it measured.
+struct Operator<'a> {
+    writer: crate::Writer,
+    workload: &'a Workload,
+    /// The end of the last confirmed checkpoint: where the next persist starts.
+    confirmed: (u64, u64),
+    outcome: WriterOutcome,
+}
+
+impl Operator<'_> {
+    /// A persist completed: confirm and truncate (as the checkpoint coordinator would
+    /// tell the task), record the latency, and write the manifest.
+    fn confirm(&mut self, checkpoint: Checkpoint, snapshot: SnapshotResult) -> anyhow::Result<()> {
+        self.outcome.latencies.push(checkpoint.started.elapsed());
+        let writer = &self.writer;
+        writer.confirm(checkpoint.from, checkpoint.to, checkpoint.id)?;
+        if checkpoint.to > self.confirmed.0 {
+            writer.truncate(checkpoint.to)?;
+            self.confirmed = (checkpoint.to, checkpoint.changes.1);
+        }
+        if let Some(dir) = &self.workload.manifests {
+            let mut manifest = Manifest::from_snapshot(&snapshot);
+            manifest.writer = Some(writer.name().to_string());
+            manifest.checkpoint_id = Some(checkpoint.id);
+            manifest.sequence_from = Some(checkpoint.from);
+            manifest.sequence_to = Some(checkpoint.to);
+            manifest.changes = Some([checkpoint.changes.0, checkpoint.changes.1]);
+            let path = dir.join(format!("{}.json", writer.name()));
+            manifest
+                .store(&path)
+                .with_context(|| format!("cannot write manifest {}", path.display()))?;
+        }
+        self.outcome.checkpoints += 1;
+        self.outcome.last = Some((snapshot, checkpoint.changes.0, checkpoint.changes.1));
+        Ok(())
+    }
+}
+
+/// One operator on its own thread, like a task thread, with the protocol of the Flink
+/// harness: after every `checkpoint_every` appends, `to = next-sequence-number` and
+/// `persist(from = the end of the last confirmed checkpoint)`; the operator never waits
+/// for a checkpoint (only the in-flight limit can hold it), and when a persist completes
+/// it confirms `[from, to)` and truncates to `to`. After the last append it takes a
+/// final checkpoint and waits for every persist.
 fn run_writer(
     storage: &ChangelogStorage,
     workload: &Workload,
+    pool: &Pool,
     index: usize,
     changes: u64,
     progress: &dyn Fn(u64),
@@ -246,104 +284,70 @@ fn run_writer(
             end: workload.key_groups - 1,
         },
     )?;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Pending>(OUTSTANDING_CHECKPOINTS - 1);
-    std::thread::scope(|scope| {
-        let coordinator = scope.spawn(|| -> anyhow::Result<WriterOutcome> {
-            let mut outcome = WriterOutcome {
-                latencies: Vec::new(),
-                checkpoints: 0,
-                last: None,
-            };
-            for pending in rx {
-                let snapshot = pending.future.wait()?;
-                outcome.latencies.push(pending.started.elapsed());
-                writer.confirm(pending.from, pending.to, pending.checkpoint)?;
-                writer.truncate(pending.truncate_to)?;
-                if let Some(dir) = &workload.manifests {
-                    let mut manifest = Manifest::from_snapshot(&snapshot);
-                    manifest.writer = Some(writer.name().to_string());
-                    manifest.checkpoint_id = Some(pending.checkpoint);
-                    manifest.sequence_from = Some(pending.from);
-                    manifest.sequence_to = Some(pending.to);
-                    manifest.changes = Some([pending.changes.0, pending.changes.1]);
-                    let path = dir.join(format!("{}.json", writer.name()));
-                    manifest
-                        .store(&path)
-                        .with_context(|| format!("cannot write manifest {}", path.display()))?;
-                }
-                outcome.checkpoints += 1;
-                outcome.last = Some((snapshot, pending.changes.0, pending.changes.1));
-            }
-            Ok(outcome)
-        });
-        // The operator's input: generated on a thread of its own, as records arrive
-        // from upstream, in packed batches that end at checkpoint boundaries.
-        let (batches, inbox) = std::sync::mpsc::sync_channel::<PackedBatch>(4);
-        let (recycle, spare) = std::sync::mpsc::channel::<PackedBatch>();
-        scope.spawn(move || {
-            let mut source = Changes::new(workload, index);
-            let mut done = 0u64;
-            let mut since_checkpoint = 0u64;
-            while done < changes {
-                let n = BATCH
-                    .min(changes - done)
-                    .min(workload.checkpoint_every - since_checkpoint);
-                let mut batch = spare.try_recv().unwrap_or_default();
-                batch.clear();
-                for _ in 0..n {
-                    source.next_into(&mut batch.key_groups, &mut batch.lengths, &mut batch.data);
-                }
-                if batches.send(batch).is_err() {
-                    return; // the operator stopped
-                }
-                done += n;
-                since_checkpoint = (since_checkpoint + n) % workload.checkpoint_every;
-            }
-        });
-        let appended = (|| -> anyhow::Result<()> {
-            let mut done = 0u64;
-            let mut since_checkpoint = 0u64;
-            let mut checkpoint = 0i64;
-            // (sequence number, change index) at the ends of the last two checkpoints.
-            let mut ends = [(0u64, 0u64); 2];
-            for batch in inbox {
-                let n = batch.key_groups.len() as u64;
-                writer.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
-                let _ = recycle.send(batch);
-                done += n;
-                since_checkpoint += n;
-                progress(n);
-                if since_checkpoint == workload.checkpoint_every || done == changes {
-                    checkpoint += 1;
-                    let to = writer.next_sequence_number()?;
-                    let (from, first) = ends[0];
-                    let pending = Pending {
-                        started: Instant::now(),
-                        future: writer.persist(from, checkpoint)?,
-                        checkpoint,
-                        from,
-                        to,
-                        truncate_to: ends[1].0,
-                        changes: (first, done),
-                    };
-                    ends = [ends[1], (to, done)];
-                    if tx.send(pending).is_err() {
-                        break; // the coordinator failed; its error is reported
-                    }
-                    since_checkpoint = 0;
-                }
-            }
-            Ok(())
-        })();
-        drop(tx);
-        let outcome = coordinator
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("coordinator thread panicked")));
-        appended?;
-        let outcome = outcome?;
-        writer.close()?;
-        Ok(outcome)
-    })
+    let source = Changes::new(pool, index, workload.key_groups, workload.change_size);
+    let mut operator = Operator {
+        writer,
+        workload,
+        confirmed: (0, 0),
+        outcome: WriterOutcome {
+            latencies: Vec::new(),
+            checkpoints: 0,
+            last: None,
+        },
+    };
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut batch = PackedBatch::default();
+    let mut done = 0u64;
+    let mut since_checkpoint = 0u64;
+    let mut checkpoint = 0i64;
+    while done < changes {
+        let n = BATCH
+            .min(changes - done)
+            .min(workload.checkpoint_every - since_checkpoint);
+        batch.clear();
+        for i in done..done + n {
+            source.next_into(
+                i,
+                &mut batch.key_groups,
+                &mut batch.lengths,
+                &mut batch.data,
+            );
+        }
+        operator
+            .writer
+            .append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
+        done += n;
+        since_checkpoint += n;
+        progress(n);
+        // Persists that completed meanwhile, in order (a later one never completes
+        // before an earlier one: its range holds the earlier one's).
+        while let Some(outcome) = pending.front_mut().and_then(|p| p.future.try_wait()) {
+            let finished = pending.pop_front().expect("a front");
+            operator.confirm(finished.checkpoint, outcome?)?;
+        }
+        if since_checkpoint == workload.checkpoint_every || done == changes {
+            checkpoint += 1;
+            let to = operator.writer.next_sequence_number()?;
+            let (from, first) = operator.confirmed;
+            let started = Instant::now();
+            pending.push_back(Pending {
+                future: operator.writer.persist(from, checkpoint)?,
+                checkpoint: Checkpoint {
+                    started,
+                    id: checkpoint,
+                    from,
+                    to,
+                    changes: (first, done),
+                },
+            });
+            since_checkpoint = 0;
+        }
+    }
+    for Pending { future, checkpoint } in pending {
+        operator.confirm(checkpoint, future.wait()?)?;
+    }
+    operator.writer.close()?;
+    Ok(operator.outcome)
 }
 
 /// The changes `[from, to)` that writer `index` (`op-<index>`) of `workload` appends, in
@@ -354,19 +358,15 @@ pub fn expected_changes(
     from: u64,
     to: u64,
 ) -> Vec<(i32, Vec<u8>)> {
-    let mut source = Changes::new(workload, index);
-    let (mut key_groups, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
-    let mut changes = Vec::new();
-    for i in 0..to {
-        key_groups.clear();
-        lengths.clear();
-        data.clear();
-        source.next_into(&mut key_groups, &mut lengths, &mut data);
-        if i >= from {
-            changes.push((key_groups[0], data.clone()));
-        }
-    }
-    changes
+    let pool = Pool::new(workload.seed, workload.change_size);
+    let source = Changes::new(&pool, index, workload.key_groups, workload.change_size);
+    (from..to)
+        .map(|i| {
+            let mut value = Vec::with_capacity(workload.change_size);
+            source.value_into(i, &mut value);
+            (source.key_group(i), value)
+        })
+        .collect()
 }
 
 /// Regenerates the writer's changes `[from, to)` from the seed and compares them with
@@ -417,7 +417,8 @@ impl Workload {
                 changes,
                 change_size,
                 key_groups: 128,
-                checkpoint_every: 10_000,
+                // 10,000 appends over all writers between checkpoints, as in the harness.
+                checkpoint_every: 10_000 / writers as u64,
                 seed,
                 manifests: None,
             },

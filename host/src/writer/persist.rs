@@ -94,6 +94,19 @@ impl PersistFuture {
         }
     }
 
+    /// The outcome if the persist has completed, without waiting; `None` while it runs
+    /// (and after the outcome was taken).
+    pub fn try_wait(&mut self) -> Option<Outcome> {
+        match &mut self.state {
+            FutureState::Ready(outcome) => outcome.take(),
+            FutureState::Waiting { writer, rx } => match rx.try_recv() {
+                Ok(outcome) => Some(outcome),
+                Err(oneshot::error::TryRecvError::Empty) => None,
+                Err(oneshot::error::TryRecvError::Closed) => Some(Err(dropped(writer))),
+            },
+        }
+    }
+
     /// True if the result was available when `persist` returned (nothing to upload).
     pub fn is_immediate(&self) -> bool {
         matches!(self.state, FutureState::Ready(_))
