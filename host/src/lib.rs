@@ -44,7 +44,7 @@ pub use dstl_proto::types::{
 pub use error::{Error, SandboxError, TrapKind};
 pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use recovery::reader::ReadError;
-pub use recovery::{gc, manifest, reader};
+pub use recovery::{Recovery, gc, manifest, reader};
 pub use registry::{LocalRegistry, TaskRegistry, WriterId};
 pub use sandbox::{ComponentDecoder, WriterComponent};
 pub use storage::ChangelogStorage;

@@ -11,6 +11,7 @@ use crate::background::Outstanding;
 use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::recovery::Recovery;
 use crate::recovery::reader::{self, ReadError};
 use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
 use crate::sandbox::{ComponentDecoder, Runtime, WriterComponent};
@@ -219,6 +220,12 @@ impl ChangelogStorage {
     /// Reads a snapshot back (recovery).
     pub fn read(&self, handle: &ChangelogHandle) -> Result<Vec<Change>, ReadError> {
         reader::read_handle(handle, &self.files)
+    }
+
+    /// A reader for recovering many snapshots, with this storage's settings (see
+    /// [`Recovery`]).
+    pub fn recovery(&self) -> Recovery {
+        Recovery::new(&self.services.config)
     }
 
     /// The store uploads go to.

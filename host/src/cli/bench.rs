@@ -12,7 +12,8 @@ use super::ConfArgs;
 /// `dstl bench` options.
 #[derive(Args, Debug)]
 pub(super) struct BenchArgs {
-    /// small, fanout, large, small-z (BENCHMARKS.md), or density (many idle writers).
+    /// small, fanout, large, small-z (BENCHMARKS.md), density (many idle writers), or
+    /// recovery (many checkpoints of several writers read back).
     #[arg(long)]
     pub(super) workload: String,
     /// Print the result as one JSON object.
@@ -27,25 +28,42 @@ pub(super) struct BenchArgs {
     /// Where to make the temporary directory [default: the system's temp dir].
     #[arg(long)]
     pub(super) tmp: Option<PathBuf>,
+    /// Keep the files in this directory instead of a temporary one; the recovery workload
+    /// also writes `handles.json` there, the snapshots as Flink's harness reads them.
+    #[arg(long, value_name = "DIR")]
+    pub(super) keep: Option<PathBuf>,
     #[command(flatten)]
     pub(super) conf: ConfArgs,
 }
 
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
+/// A directory for the run, removed on drop unless it was asked to be kept.
+struct TempDir(PathBuf, bool);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
 pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let root = args.tmp.clone().unwrap_or_else(std::env::temp_dir);
-    let tmp = TempDir(root.join(format!("dstl-bench-{}", uuid::Uuid::new_v4().simple())));
+    let tmp = match &args.keep {
+        Some(dir) => TempDir(dir.clone(), true),
+        None => {
+            let root = args.tmp.clone().unwrap_or_else(std::env::temp_dir);
+            TempDir(
+                root.join(format!("dstl-bench-{}", uuid::Uuid::new_v4().simple())),
+                false,
+            )
+        }
+    };
     std::fs::create_dir_all(&tmp.0)
         .with_context(|| format!("cannot create {}", tmp.0.display()))?;
     let mut config = args.conf.build(&tmp.0.to_string_lossy())?;
+    if args.workload == "recovery" {
+        return recovery(&args, config, &tmp.0);
+    }
     if args.workload == "density" {
         let writers = if args.quick {
             args.writers.div_ceil(100)
@@ -117,6 +135,50 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
             baseline,
             report["disk_ratio"].as_f64().unwrap_or(0.0)
         );
+    }
+    Ok(())
+}
+
+fn recovery(
+    args: &BenchArgs,
+    mut config: dstl::Config,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    use dstl::workload::recovery::{self, RecoveryWorkload};
+    let mut load = RecoveryWorkload::standard();
+    if args.quick {
+        load.changes /= 25;
+        load.checkpoint_every /= 25;
+    }
+    config.compression = true;
+    let storage = ChangelogStorage::open(config)?;
+    let started = std::time::Instant::now();
+    let snapshots = recovery::write(&storage, &load)?;
+    let write_time = started.elapsed();
+    let summary = recovery::read_back(&storage, &snapshots, write_time)?;
+    if args.keep.is_some() {
+        recovery::write_handle_list(&snapshots, &dir.join("handles.json"))?;
+    }
+    storage.close();
+    if args.json {
+        let mut value = serde_json::to_value(&summary)?;
+        value["workload"] = "recovery".into();
+        value["quick"] = args.quick.into();
+        println!("{value}");
+    } else {
+        println!(
+            "recovery: {} snapshots ({} (file, offset) pairs over {} files, {} changes) read in {:.3} s with the cache, {:.3} s without; verified {}",
+            summary.snapshots,
+            summary.pairs,
+            summary.files,
+            summary.changes,
+            summary.read_s,
+            summary.read_uncached_s,
+            summary.verified
+        );
+    }
+    if !summary.verified {
+        anyhow::bail!("a snapshot did not read back what was appended");
     }
     Ok(())
 }

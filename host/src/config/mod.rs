@@ -28,14 +28,6 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
-    /// A key Flink has that dstl does not implement; accepting it would ignore it.
-    #[error("`{key}` is not supported: {reason}")]
-    Unsupported {
-        /// The key.
-        key: String,
-        /// Why.
-        reason: &'static str,
-    },
     /// A `key=value` pair without `=`.
     #[error("`{0}` is not of the form key=value")]
     NotAPair(String),
@@ -94,6 +86,11 @@ pub struct Config {
     pub max_attempts: u32,
     /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
     pub next_attempt_delay: Duration,
+    /// Idle time after which a recovery cache file is dropped; 0 turns the cache off
+    /// (`dstl.dfs.download.local-cache.idle-timeout-ms`).
+    pub cache_idle_timeout: Duration,
+    /// Bytes the recovery cache holds at most (`dstl.recovery.cache-size`).
+    pub recovery_cache_size: u64,
     /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
     /// (`dstl.job-id`, random by default).
     pub job_id: String,
@@ -138,6 +135,8 @@ impl Default for Config {
             upload_timeout: Duration::from_secs(1),
             max_attempts: 3,
             next_attempt_delay: Duration::from_millis(500),
+            cache_idle_timeout: Duration::from_secs(600),
+            recovery_cache_size: 256 << 20,
             job_id: uuid::Uuid::new_v4().simple().to_string(),
             local_recovery: false,
             local_dir: None,
@@ -165,6 +164,8 @@ pub const KEYS: &[&str] = &[
     "dstl.dfs.upload.timeout",
     "dstl.dfs.upload.max-attempts",
     "dstl.dfs.upload.next-attempt-delay",
+    "dstl.dfs.download.local-cache.idle-timeout-ms",
+    "dstl.recovery.cache-size",
     "dstl.job-id",
     "dstl.local-recovery.enabled",
     "dstl.local-recovery.dir",
@@ -244,11 +245,9 @@ impl Config {
             "dstl.dfs.upload.max-attempts" => self.max_attempts = positive()?,
             "dstl.dfs.upload.next-attempt-delay" => self.next_attempt_delay = duration()?,
             "dstl.dfs.download.local-cache.idle-timeout-ms" => {
-                return Err(ConfigError::Unsupported {
-                    key: key.to_string(),
-                    reason: "dstl has no recovery cache yet (recovery reads each file once per handle)",
-                });
+                self.cache_idle_timeout = duration()?
             }
+            "dstl.recovery.cache-size" => self.recovery_cache_size = memory()?,
             "dstl.job-id" => {
                 if value.len() != 32
                     || !value
@@ -398,6 +397,8 @@ impl Config {
             ms(self.upload_timeout),
             self.max_attempts.to_string(),
             ms(self.next_attempt_delay),
+            ms(self.cache_idle_timeout),
+            format!("{}b", self.recovery_cache_size),
             self.job_id.clone(),
             self.local_recovery.to_string(),
             self.local_copies_dir().display().to_string(),
@@ -533,18 +534,11 @@ mod tests {
         c.set("dstl.dfs.batch.persist-size-threshold", "200mb")
             .unwrap();
         assert!(c.validate().is_err());
-        let e = c
-            .set(
-                "state.changelog.dstl.dfs.download.local-cache.idle-timeout-ms",
-                "1 min",
-            )
-            .unwrap_err();
-        assert!(matches!(e, ConfigError::Unsupported { .. }), "{e}");
-        assert!(
-            e.to_string().starts_with(
-                "`state.changelog.dstl.dfs.download.local-cache.idle-timeout-ms` is not supported"
-            ),
-            "{e}"
-        );
+        c.set(
+            "state.changelog.dstl.dfs.download.local-cache.idle-timeout-ms",
+            "1 min",
+        )
+        .unwrap();
+        assert_eq!(c.cache_idle_timeout, Duration::from_secs(60));
     }
 }

@@ -1,14 +1,17 @@
 //! Recovery: turns a handle back into its changes, in order.
 //!
 //! Each file is read, and decompressed if needed, once per read of a handle however many
-//! change sets point into it (Flink decompresses from the file start for every pair).
-//! Every error names the file and the offset.
+//! change sets point into it (Flink decompresses from the file start for every pair), and
+//! with a [`RecoveryCache`] once per recovery however many handles point into it.
+//! Distinct files are fetched in parallel. Every error names the file and the offset.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use dstl_proto::codec::{self, Change, FormatError};
 use dstl_proto::types::ChangelogHandle;
 
+use super::cache::RecoveryCache;
 use crate::store::FileSource;
 
 /// Why a handle could not be read.
@@ -48,61 +51,128 @@ pub enum ReadError {
     },
 }
 
+/// Files fetched at once by one read.
+const READ_THREADS: usize = 4;
+
 /// Reads every change of `handle` in order: change sets in handle order; within a change
 /// set, metadata first, then key group by key group in append order.
 ///
 /// A plain file is fetched with one ranged read covering the change sets the handle
 /// needs; a compressed one whole, since Snappy framing has no index.
 pub fn read_handle(handle: &ChangelogHandle, files: &FileSource) -> Result<Vec<Change>, ReadError> {
-    let mut first_offset: HashMap<&str, u64> = HashMap::new();
+    read_handle_cached(handle, files, None)
+}
+
+/// Like [`read_handle`], with files taken from (and kept in) `cache`: a recovery that
+/// reads many handles pointing into the same files reads and decompresses each once.
+/// Distinct files are fetched in parallel.
+pub fn read_handle_cached(
+    handle: &ChangelogHandle,
+    files: &FileSource,
+    cache: Option<&RecoveryCache>,
+) -> Result<Vec<Change>, ReadError> {
+    // The files in first-use order, each with the lowest offset the handle needs.
+    let mut needed: Vec<(&str, u64, u64)> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
     for entry in &handle.entries {
-        let min = first_offset
-            .entry(&entry.handle.path)
-            .or_insert(entry.offset);
-        *min = (*min).min(entry.offset);
+        let path = entry.handle.path.as_str();
+        match index.get(path) {
+            Some(&i) => needed[i].2 = needed[i].2.min(entry.offset),
+            None => {
+                index.insert(path, needed.len());
+                needed.push((path, entry.handle.file_size, entry.offset));
+            }
+        }
     }
-    // Per file: the logical bytes fetched, and the logical offset they start at.
-    let mut cache: HashMap<&str, (Vec<u8>, u64)> = HashMap::new();
+    let fetched = fetch_all(&needed, files, cache)?;
     let mut changes = Vec::new();
     for entry in &handle.entries {
         let path = entry.handle.path.as_str();
-        if !cache.contains_key(path) {
-            let fetched = fetch(files, path, entry.handle.file_size, first_offset[path])?;
-            cache.insert(path, fetched);
-        }
-        let (logical, start) = &cache[path];
+        let logical = &fetched[index[path]];
         let format = |source| ReadError::Format {
             path: path.to_string(),
             offset: entry.offset,
             source,
         };
-        let relative = entry.offset.checked_sub(*start).ok_or_else(|| {
+        let relative = entry.offset.checked_sub(logical.start()).ok_or_else(|| {
             format(FormatError::OffsetOutOfRange {
                 offset: entry.offset,
                 len: entry.handle.file_size,
             })
         })?;
-        changes.extend(codec::decode_change_set(logical, relative).map_err(format)?);
+        changes.extend(codec::decode_change_set(logical.bytes(), relative).map_err(format)?);
     }
     Ok(changes)
 }
 
-/// The logical bytes of `path` from `from` on (all of them for compressed files), and
-/// the offset they start at. Checks the logical length against the handle's.
-fn fetch(
+/// The logical bytes of a file a read needs.
+enum Logical {
+    /// All of them (a compressed file, or any file from the cache).
+    Whole(Arc<Vec<u8>>),
+    /// Those from `start` on (a ranged read of a plain file).
+    From { bytes: Vec<u8>, start: u64 },
+}
+
+impl Logical {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Logical::Whole(bytes) => bytes,
+            Logical::From { bytes, .. } => bytes,
+        }
+    }
+
+    fn start(&self) -> u64 {
+        match self {
+            Logical::Whole(_) => 0,
+            Logical::From { start, .. } => *start,
+        }
+    }
+}
+
+/// Fetches `(path, file size, lowest offset)` of every file, in parallel when there are
+/// several; the first error wins.
+fn fetch_all(
+    needed: &[(&str, u64, u64)],
     files: &FileSource,
-    path: &str,
-    file_size: u64,
-    from: u64,
-) -> Result<(Vec<u8>, u64), ReadError> {
+    cache: Option<&RecoveryCache>,
+) -> Result<Vec<Logical>, ReadError> {
+    let one = |&(path, file_size, from): &(&str, u64, u64)| match cache {
+        Some(cache) => cache
+            .get_or_load(path, || fetch_whole(files, path, file_size))
+            .map(Logical::Whole),
+        None => fetch(files, path, file_size, from),
+    };
+    if needed.len() <= 1 {
+        return needed.iter().map(one).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Logical, ReadError>>>> =
+        needed.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..READ_THREADS.min(needed.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(file) = needed.get(i) else {
+                        return;
+                    };
+                    *slots[i].lock().unwrap() = Some(one(file));
+                }
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap().expect("every file was fetched"))
+        .collect()
+}
+
+/// The logical bytes of `path` from `from` on (all of them for compressed files).
+/// Checks the logical length against the handle's.
+fn fetch(files: &FileSource, path: &str, file_size: u64, from: u64) -> Result<Logical, ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_string(),
         source,
-    };
-    let mismatch = |actual| ReadError::SizeMismatch {
-        path: path.to_string(),
-        expected: file_size,
-        actual,
     };
     let flag = files.read_range(path, 0..1).map_err(io)?;
     if flag.first() == Some(&codec::FLAG_PLAIN) && from <= file_size {
@@ -112,20 +182,39 @@ fn fetch(
             .map_err(io)?;
         let actual = from.saturating_add(bytes.len() as u64);
         if actual != file_size {
-            return Err(mismatch(actual));
+            return Err(ReadError::SizeMismatch {
+                path: path.to_string(),
+                expected: file_size,
+                actual,
+            });
         }
-        return Ok((bytes, from));
+        return Ok(Logical::From { bytes, start: from });
     }
-    let bytes = files.read(path).map_err(io)?;
+    fetch_whole(files, path, file_size).map(|bytes| Logical::Whole(Arc::new(bytes)))
+}
+
+/// All logical bytes of `path`, checked against the handle's length.
+fn fetch_whole(files: &FileSource, path: &str, file_size: u64) -> Result<Vec<u8>, ReadError> {
+    let bytes = files.read(path).map_err(|source| ReadError::Io {
+        path: path.to_string(),
+        source,
+    })?;
     let logical = codec::logical_bytes(&bytes).map_err(|source| ReadError::Format {
         path: path.to_string(),
-        offset: from,
+        offset: 0,
         source,
     })?;
     if logical.len() as u64 != file_size {
-        return Err(mismatch(logical.len() as u64));
+        return Err(ReadError::SizeMismatch {
+            path: path.to_string(),
+            expected: file_size,
+            actual: logical.len() as u64,
+        });
     }
-    Ok((logical.into_owned(), 0))
+    Ok(match logical {
+        std::borrow::Cow::Borrowed(plain) => plain.to_vec(),
+        std::borrow::Cow::Owned(decompressed) => decompressed,
+    })
 }
 
 /// SHA-256 over every change in order: key group and value length as 4-byte big-endian,

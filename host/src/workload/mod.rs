@@ -14,6 +14,7 @@ use serde::Serialize;
 mod density;
 mod input;
 mod measure;
+pub mod recovery;
 
 pub use density::{Density, density};
 use input::{Changes, Pool};
