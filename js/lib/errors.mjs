@@ -30,11 +30,13 @@ export const WRITER_ERROR_KINDS = Object.freeze([
  * The writer rejected a call or a persist failed: `kind` is the WIT variant case
  * (`closed`, `truncated`, `not-yet-appended`, `already-failed`, `invalid-range`,
  * `invalid-argument`, `upload-failed`), `detail` the writer's message. The message is
- * `writer NAME: DETAIL`, as the Rust host's `Error::Writer`.
+ * the Rust host's `Error::Writer` display: `writer NAME: DETAIL`, with `closed: ` or
+ * `upload failed: ` before the detail for those two kinds.
  */
 export class WriterError extends DstlError {
   constructor(writer, kind, detail) {
-    super(kind, `writer ${writer}: ${detail}`);
+    const display = kind === 'closed' ? `closed: ${detail}` : kind === 'upload-failed' ? `upload failed: ${detail}` : detail;
+    super(kind, `writer ${writer}: ${display}`);
     this.name = 'WriterError';
     /** @type {string} */
     this.writer = writer;

@@ -104,7 +104,8 @@ export class TaskRegistry {
 export class LocalRegistry {
   /**
    * @param {Discarder} discarder
-   * @param {(path: string) => boolean} held whether any live writer holds `path`
+   * @param {(path: string, except: string) => boolean} held whether a live writer other
+   *   than `except` holds `path`
    */
   constructor(discarder, held = () => false) {
     this.discarder = discarder;
@@ -124,7 +125,8 @@ export class LocalRegistry {
   }
   /**
    * Drops `owner`'s entries last used by a checkpoint below `checkpoint`; deletes the
-   * files no one owns or holds any more.
+   * files no writer owns any more and no other writer holds (a batched file's local copy
+   * also holds other writers' change sets).
    * @returns {string[]} the paths of the entries dropped
    */
   discardUpTo(owner, checkpoint) {
@@ -136,17 +138,10 @@ export class LocalRegistry {
       discarded.push(path);
       if (owners.size === 0) {
         this.entries.delete(path);
-        if (!this.held(path)) this.discarder.discard(path);
+        if (!this.held(path, owner)) this.discarder.discard(path);
       }
     }
     return discarded;
-  }
-  /** Forgets every entry of `owner` without deleting anything (its writer is gone). */
-  forgetOwner(owner) {
-    for (const [path, owners] of this.entries) {
-      owners.delete(owner);
-      if (owners.size === 0) this.entries.delete(path);
-    }
   }
   /** @returns {bigint|undefined} the last checkpoint any owner uses `path` for */
   lastUsed(path) {

@@ -275,6 +275,7 @@ export class Scheduler {
     this.queuedBytes = 0;
     this.generation = 0;
     this.drainPending = false;
+    this.drainTimer = null;
     this.closed = false;
   }
 
@@ -296,7 +297,8 @@ export class Scheduler {
     } else if (!this.drainPending) {
       this.drainPending = true;
       const generation = this.generation;
-      setTimeout(() => {
+      this.drainTimer = setTimeout(() => {
+        this.drainTimer = null;
         if (this.generation !== generation || this.closed) return;
         this.#start(this.#take());
       }, this.delayMs);
@@ -305,6 +307,8 @@ export class Scheduler {
   }
 
   #take() {
+    clearTimeout(this.drainTimer);
+    this.drainTimer = null;
     this.queuedBytes = 0;
     this.generation++;
     this.drainPending = false;

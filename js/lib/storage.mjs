@@ -46,8 +46,8 @@ export class ChangelogStorage {
     /** @type {Set<Writer>} */
     this.writers = new Set();
     /** Local copies per checkpoint, owned per writer. */
-    this.localRegistry = new LocalRegistry(discarder, (path) => {
-      for (const writer of this.writers) if (writer.holds(path)) return true;
+    this.localRegistry = new LocalRegistry(discarder, (path, except) => {
+      for (const writer of this.writers) if (writer.id !== except && writer.holds(path)) return true;
       return false;
     });
     this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log);

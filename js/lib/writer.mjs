@@ -188,8 +188,9 @@ export class Writer {
           storage.taskRegistry.release(handle.path);
         }),
         stopTracking: guard('stop-tracking', (handle) => {
+          // The writer still holds the file (it releases it when the change set is
+          // truncated); only the registry stops counting it.
           if (!requireHeld('stop-tracking', handle.path)) return;
-          this.#held.delete(handle.path);
           storage.taskRegistry.stopTracking(handle.path);
         }),
       },
@@ -354,13 +355,21 @@ export class Writer {
   }
 
   /**
-   * A checkpoint holding `[from, to)` was confirmed.
+   * A checkpoint holding `[from, to)` was confirmed. After `close` it still discards
+   * the local copies this writer registered below `checkpoint`, without error.
    * @param {bigint|number} from
    * @param {bigint|number} to
    * @param {bigint|number} checkpoint
    */
   confirm(from, to, checkpoint) {
     const args = [u64(from, 'from'), u64(to, 'to'), s64(checkpoint, 'checkpoint')];
+    if (this.#closed && this.#live) {
+      // After close the guest refuses calls, but a confirmation still ends the local
+      // copies this writer registered below the checkpoint (not an error).
+      this.#enter();
+      this.#storage.localRegistry.discardUpTo(this.id, args[2]);
+      return;
+    }
     this.#callWith((live) => live.resource.confirm(...args));
   }
 
