@@ -1,7 +1,7 @@
 // The shared scenarios (tests/scenarios/*.json) through the Node host.
 import { test } from 'node:test';
 
-import { loadScenario, runScenario, scenarioFiles } from './scenario-runner.mjs';
+import { loadScenario, runScenario, scenarioFiles } from '../support/scenario-runner.mjs';
 
 const files = scenarioFiles();
 test('the scenario directory is not empty', (t) => {

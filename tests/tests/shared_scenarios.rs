@@ -1,6 +1,6 @@
 //! The shared writer scenarios (`tests/scenarios/*.json`, format in its README.md)
 //! through the wasmtime host, via the public `dstl` API and a scripted store that injects
-//! upload outcomes. The Node host runs the same files (`js/test/scenarios.test.mjs`).
+//! upload outcomes. The Node host runs the same files (`js/test/scenarios.test.mjs` with `js/support/scenario-runner.mjs`).
 //!
 //! Every file is parsed strictly: an unparseable file, an unknown field, operation or
 //! error kind fails the test, so no scenario is silently skipped. A scenario that lists
