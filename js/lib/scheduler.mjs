@@ -341,13 +341,15 @@ export class Scheduler {
         this.log('warn', `upload batch of ${tasks.length} tasks failed: ${message}`);
         for (const queued of batch) this.#deliver(queued, { kind: 'failed', task: queued.task.id, cause: message });
       },
-    );
+    ).catch((e) => this.log('error', `delivering upload outcomes failed: ${e?.stack ?? e}`));
   }
 
   #deliver(queued, letter) {
     this.throttle.release(queued.size);
     try {
       queued.writer._post(letter);
+    } catch (e) {
+      this.log('error', `delivering an upload outcome to writer ${queued.writer.name} failed: ${e?.stack ?? e}`);
     } finally {
       queued.done();
     }

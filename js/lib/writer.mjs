@@ -65,13 +65,19 @@ function isWriterErrorPayload(e) {
 /** Packed columns of buffered appends. */
 class Batch {
   constructor() {
-    this.keyGroups = new Int32Array(MAX_BATCH_CHANGES);
-    this.lengths = new Uint32Array(MAX_BATCH_CHANGES);
-    this.data = new Uint8Array(MAX_BATCH_BYTES);
+    // Allocated on the first append, so idle writers stay small.
+    this.keyGroups = null;
+    this.lengths = null;
+    this.data = null;
     this.count = 0;
     this.bytes = 0;
   }
   push(keyGroup, value) {
+    if (this.keyGroups === null) {
+      this.keyGroups = new Int32Array(MAX_BATCH_CHANGES);
+      this.lengths = new Uint32Array(MAX_BATCH_CHANGES);
+      this.data = new Uint8Array(MAX_BATCH_BYTES);
+    }
     this.keyGroups[this.count] = keyGroup;
     this.lengths[this.count] = value.length;
     this.count++;
