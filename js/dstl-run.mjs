@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 import { ChangelogStorage, Config, DstlError, digest, manifestFromSnapshot, storeManifest } from './lib/index.mjs';
-import { ChaCha8Rng } from './lib/chacha.mjs';
+import { Changes, generatedBatches } from './lib/workload.mjs';
 
 const USAGE = `usage: node js/dstl-run.mjs [options]
 
@@ -30,8 +30,6 @@ const USAGE = `usage: node js/dstl-run.mjs [options]
   --wasm PATH             the writer component (default: $DSTL_GUEST_WASM or the cargo build)
   -h, --help              this text`;
 
-/** Appends per batch call (as `dstl run`). */
-const BATCH = 512;
 /** Checkpoints whose persist may run while the operator appends on. */
 const OUTSTANDING_CHECKPOINTS = 2;
 
@@ -89,22 +87,6 @@ function parseOptions(argv) {
   };
 }
 
-/** The seeded stream of one writer's changes (as `Changes` in workload.rs). */
-class Changes {
-  constructor(workload, index) {
-    const mixed = BigInt.asUintN(64, BigInt(index) * 0x9e3779b97f4a7c15n);
-    this.rng = ChaCha8Rng.seedFromU64(workload.seed ^ mixed);
-    this.keyGroups = workload.keyGroups;
-    this.size = workload.changeSize;
-  }
-  /** Writes the next change into packed columns at position `i` (data at `offset`). */
-  nextInto(keyGroups, lengths, data, i, offset) {
-    keyGroups[i] = this.rng.rangeI32(this.keyGroups);
-    lengths[i] = this.size;
-    this.rng.fillBytes(data.subarray(offset, offset + this.size));
-  }
-}
-
 function percentile(sorted, p) {
   if (sorted.length === 0) return 0;
   const i = Math.min(Math.max(Math.ceil(sorted.length * p), 1), sorted.length) - 1;
@@ -120,10 +102,6 @@ function percentile(sorted, p) {
 async function runWriter(storage, workload, index, changes, progress) {
   const name = `op-${index}`;
   const writer = storage.createWriter(name, { start: 0, end: workload.keyGroups - 1 });
-  const source = new Changes(workload, index);
-  const keyGroups = new Int32Array(BATCH);
-  const lengths = new Uint32Array(BATCH);
-  const data = new Uint8Array(BATCH * workload.changeSize);
   const outcome = { latencies: [], checkpoints: 0, last: null };
   const inFlight = [];
   let coordinator = Promise.resolve();
@@ -159,13 +137,14 @@ async function runWriter(storage, workload, index, changes, progress) {
     [0n, 0],
     [0n, 0],
   ];
-  while (done < changes) {
-    const n = Math.min(BATCH, changes - done, workload.checkpointEvery - sinceCheckpoint);
-    for (let i = 0; i < n; i++) source.nextInto(keyGroups, lengths, data, i, i * workload.changeSize);
+  // The operator's input: generated on a worker thread, as records arrive from upstream,
+  // in packed batches that end at checkpoint boundaries.
+  for await (const { keyGroups, lengths, data } of generatedBatches(workload, index, changes)) {
+    const n = keyGroups.length;
     // The in-flight limit is an admission before appending: Node cannot block inside
     // the writer's upload import.
     if (!storage.isAvailable()) await storage.available();
-    writer.appendBatch(keyGroups.subarray(0, n), lengths.subarray(0, n), data.subarray(0, n * workload.changeSize));
+    writer.appendBatch(keyGroups, lengths, data);
     done += n;
     sinceCheckpoint += n;
     progress(n);
@@ -173,7 +152,6 @@ async function runWriter(storage, workload, index, changes, progress) {
       checkpoint++;
       const to = writer.nextSequenceNumber();
       const [from, first] = ends[0];
-      if (inFlight.length >= OUTSTANDING_CHECKPOINTS - 1) await inFlight.shift();
       const pending = {
         started: performance.now(),
         promise: writer.persist(from, checkpoint),
@@ -187,8 +165,9 @@ async function runWriter(storage, workload, index, changes, progress) {
       coordinator = confirmWhenDone(pending);
       inFlight.push(coordinator);
       sinceCheckpoint = 0;
-      // Let upload outcomes in between batches, as a task thread's mailbox would.
-      await new Promise((r) => setImmediate(r));
+      // As `dstl run`: with this persist started, the operator waits while more than
+      // OUTSTANDING_CHECKPOINTS are unconfirmed.
+      while (inFlight.length > OUTSTANDING_CHECKPOINTS) await inFlight.shift();
     }
   }
   await coordinator;
@@ -202,8 +181,9 @@ function expectedChanges(workload, index, from, to) {
   const kg = new Int32Array(1);
   const len = new Uint32Array(1);
   const out = [];
+  const scratch = new Uint8Array(workload.changeSize);
   for (let i = 0; i < to; i++) {
-    const value = new Uint8Array(workload.changeSize);
+    const value = i >= from ? new Uint8Array(workload.changeSize) : scratch;
     source.nextInto(kg, len, value, 0, 0);
     if (i >= from) out.push([kg[0], value]);
   }
