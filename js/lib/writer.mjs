@@ -231,14 +231,11 @@ export class Writer {
   append(keyGroup, value) {
     const kg = i32(keyGroup, 'key group');
     const v = bytes(value, 'value');
-    this.#buffered(kg, v, 'append', () => {
-      if (kg < 0) return `key group ${kg} is negative; metadata changes go through append-meta`;
-      const { start, end } = this.#config.keyGroupRange;
-      if (kg < start || kg > end) {
-        return `key group ${kg} is outside the key-group range [${start}, ${end}] of writer ${this.name}`;
-      }
-      return null;
-    });
+    const { start, end } = this.#config.keyGroupRange;
+    let problem = null;
+    if (kg < 0) problem = `key group ${kg} is negative; metadata changes go through append-meta`;
+    else if (kg < start || kg > end) problem = `key group ${kg} is outside the key-group range [${start}, ${end}] of writer ${this.name}`;
+    this.#buffered(kg, v, 'append', problem);
   }
 
   /**
@@ -246,14 +243,14 @@ export class Writer {
    * @param {Uint8Array} value
    */
   appendMeta(value) {
-    this.#buffered(META_KEY_GROUP, bytes(value, 'value'), 'append-meta', () => null);
+    this.#buffered(META_KEY_GROUP, bytes(value, 'value'), 'append-meta', null);
   }
 
-  #buffered(keyGroup, value, operation, check) {
+  /** Checks in the guest's order (a failed or closed writer first, then `problem`), then buffers. */
+  #buffered(keyGroup, value, operation, problem) {
     this.#enter();
     if (!this.#live) throw this.#trappedError();
     if (this.#closed) throw new WriterError(this.name, 'closed', `${operation} on writer ${this.name} after it was closed`);
-    const problem = check();
     if (problem) throw new WriterError(this.name, 'invalid-argument', problem);
     if (value.length > I32_MAX) {
       throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
