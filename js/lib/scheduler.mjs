@@ -115,7 +115,17 @@ export function execute(policy, pool, attempt, discard, onFinished = () => {}) {
     const done = (n, error, result) => {
       running--;
       if (finished) {
-        if (!error) discard(result);
+        if (!error) {
+          // The loser's files are deleted before the batch counts as finished.
+          running++;
+          Promise.resolve()
+            .then(() => discard(result))
+            .catch(() => {})
+            .finally(() => {
+              running--;
+              settle();
+            });
+        }
       } else if (!error) {
         finished = true;
         clearTimeout(timer);
@@ -237,10 +247,14 @@ export class Uploader {
   }
 
   /** Deletes the files of an attempt that lost (its local copy too, §12.6). */
-  discard(file) {
+  async discard(file) {
     for (const [store, path] of [[this.stores.remote, file.remote], [this.stores.local, file.local]]) {
       if (!store || !path) continue;
-      store.delete(path).catch((e) => this.log('warn', `could not delete ${path} of a losing upload attempt: ${e.message}`));
+      try {
+        await store.delete(path);
+      } catch (e) {
+        this.log('warn', `could not delete ${path} of a losing upload attempt: ${e.message}`);
+      }
     }
   }
 }
