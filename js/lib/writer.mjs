@@ -412,6 +412,7 @@ export class Writer {
    * Files the writer held stay tracked (a checkpoint may still need them).
    */
   dispose() {
+    this.#storage.writers.delete(this);
     if (!this.#live) return;
     this.#dropInstance();
     const error = new WriterError(this.name, 'closed', `writer ${this.name} was dropped before the persist completed`);
