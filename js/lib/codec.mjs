@@ -31,17 +31,44 @@ export class FormatError extends Error {
  *   block's logical offset and the logical length
  */
 export function encodeFile(blocks, compression) {
+  const { offsets, logical } = layout(blocks);
+  if (!compression) {
+    return { parts: [Uint8Array.of(FLAG_PLAIN), ...blocks], offsets, logical };
+  }
+  return { parts: [Uint8Array.of(FLAG_SNAPPY), ...frameCompress(join(blocks, logical))], offsets, logical };
+}
+
+/**
+ * Like {@link encodeFile}, with the Snappy framing done by `compress` (a worker pool).
+ * @param {Uint8Array[]} blocks
+ * @param {boolean} compression
+ * @param {(data: Uint8Array) => Promise<Uint8Array>} compress
+ */
+export async function encodeFileAsync(blocks, compression, compress) {
+  if (!compression) return encodeFile(blocks, false);
+  const { offsets, logical } = layout(blocks);
+  return { parts: [Uint8Array.of(FLAG_SNAPPY), await compress(join(blocks, logical))], offsets, logical };
+}
+
+function layout(blocks) {
   const offsets = [];
   let logical = 0;
   for (const block of blocks) {
     offsets.push(logical);
     logical += block.length;
   }
-  if (!compression) {
-    return { parts: [Uint8Array.of(FLAG_PLAIN), ...blocks], offsets, logical };
+  return { offsets, logical };
+}
+
+/** The blocks as one buffer of its own (safe to move to a worker). */
+function join(blocks, logical) {
+  const out = new Uint8Array(logical);
+  let offset = 0;
+  for (const block of blocks) {
+    out.set(block, offset);
+    offset += block.length;
   }
-  const joined = blocks.length === 1 ? blocks[0] : Buffer.concat(blocks, logical);
-  return { parts: [Uint8Array.of(FLAG_SNAPPY), ...frameCompress(joined)], offsets, logical };
+  return out;
 }
 
 /**

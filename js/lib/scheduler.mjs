@@ -18,7 +18,8 @@
 
 import { randomUUID } from 'node:crypto';
 
-import { encodeFile } from './codec.mjs';
+import { CompressPool } from './compress-pool.mjs';
+import { encodeFileAsync } from './codec.mjs';
 
 /** Bytes in flight against a limit, with an awaitable availability signal (spec §3.3). */
 export class Throttle {
@@ -190,11 +191,17 @@ export class Uploader {
    * @param {Metrics} metrics
    * @param {(level: string, message: string) => void} log
    */
-  constructor(stores, compression, metrics, log) {
+  constructor(stores, compression, metrics, log, threads = 2) {
     this.stores = stores;
     this.compression = compression;
     this.metrics = metrics;
     this.log = log;
+    this.pool = compression ? new CompressPool(threads) : null;
+  }
+
+  /** Stops the compression workers. */
+  close() {
+    return this.pool?.close();
   }
 
   /** @returns {Promise<{perTask: object[][], remote: string, local: string|null, changeSets: number, written: number}>} */
@@ -211,7 +218,7 @@ export class Uploader {
   async #write(tasks) {
     const blocks = [];
     for (const task of tasks) for (const changeSet of task.changeSets) blocks.push(changeSet.block);
-    const { parts, offsets, logical } = encodeFile(blocks, this.compression);
+    const { parts, offsets, logical } = await encodeFileAsync(blocks, this.compression, (data) => this.pool.compress(data));
     const written = parts.reduce((sum, part) => sum + part.length, 0);
     const name = randomUUID();
     let path;

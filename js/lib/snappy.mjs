@@ -139,7 +139,10 @@ export function compressBlock(src, start = 0, end = src.length) {
         candidate = table[h];
         table[h] = ip;
         if (candidate >= 0 && load32(src, candidate) === v) break;
-        ip += skip++ >>> 5;
+        // Snappy's heuristic: the longer nothing matches, the faster it skips ahead.
+        const step = skip >>> 5;
+        skip += step;
+        ip += step;
       }
       out.literal(src, nextEmit, ip);
       let matched = 4;

@@ -50,7 +50,7 @@ export class ChangelogStorage {
       for (const writer of this.writers) if (writer.id !== except && writer.holds(path)) return true;
       return false;
     });
-    this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log);
+    this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log, config.uploadThreads);
     this.scheduler = new Scheduler(config, this.uploader, this.taskRegistry, this.outstanding, this.metricsCounters, log);
     this.closed = false;
     this.nextWriterId = 0;
@@ -210,6 +210,7 @@ export class ChangelogStorage {
     const late = await Promise.race([this.idle().then(() => false), timedOut]);
     clearTimeout(timer);
     if (late) this._log('warn', null, `uploads still running at close after ${grace} ms; abandoning them`);
+    await this.uploader.close();
   }
 }
 
