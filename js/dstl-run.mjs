@@ -48,7 +48,7 @@ function parseOptions(argv) {
     parsed = parseArgs({
       args: argv,
       options: {
-        dir: { type: 'string', default: './dstl-data' },
+        dir: { type: 'string' },
         writers: { type: 'string', default: '4' },
         changes: { type: 'string', default: '400000' },
         'change-size': { type: 'string', default: '100' },
@@ -216,14 +216,14 @@ async function main(argv) {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
+  // As `dstl run`: defaults, then --conf, then --dir and --compression.
   const config = new Config();
-  config.set('dstl.dfs.base-path', workload.dir);
   for (const pair of workload.conf) {
     const eq = pair.indexOf('=');
     if (eq < 0) throw new UsageError(`--conf ${pair} is not of the form key=value`);
     config.set(pair.slice(0, eq).trim(), pair.slice(eq + 1));
   }
-  config.set('dstl.dfs.base-path', workload.dir);
+  if (workload.dir !== undefined) config.set('dstl.dfs.base-path', workload.dir);
   if (workload.compression) config.compression = true;
   if (workload.manifests) {
     try {

@@ -75,3 +75,15 @@ test('bad options fail with exit status 2 and a message naming the value', async
     assert.equal(out.stdout, '');
   }
 });
+
+test('--help prints the options; --conf sets the base path unless --dir is given', async () => {
+  const help = await cli(['--help']);
+  assert.equal(help.code, 0);
+  for (const option of ['--dir', '--writers', '--changes', '--change-size', '--key-groups', '--checkpoint-every', '--compression', '--seed', '--manifests', '--conf', '--json']) {
+    assert.ok(help.stdout.includes(option), option);
+  }
+  const dir = join(base, 'conf-dir');
+  const out = await cli(['--conf', `dstl.dfs.base-path=${dir}`, '--conf', 'dstl.job-id=0123456789abcdef0123456789abcdef', '--writers', '1', '--changes', '100', '--json']);
+  assert.equal(out.code, 0, out.stderr);
+  assert.equal(JSON.parse(out.stdout).dir, join(dir, '0123456789abcdef0123456789abcdef', 'dstl'));
+});

@@ -287,3 +287,41 @@ describe('sandboxes', () => {
     assert.ok(code.includes('_dstlPromising('));
   });
 });
+
+describe('recovery', () => {
+  test('unreadable, replaced and damaged files are read errors naming the file and offset', async () => {
+    const storage = await open();
+    const w = storage.createWriter('op', RANGE);
+    w.append(3, Buffer.from('payload'));
+    const snapshot = await w.persist(0, 1);
+    const path = snapshot.remote.entries[0].handle.path;
+    const good = readFileSync(path);
+    assert.equal((await storage.read(snapshot.remote)).length, 1);
+    const handle = (overrides) => ({ entries: [{ ...snapshot.remote.entries[0], ...overrides }] });
+    await assert.rejects(storage.read(handle({ handle: { path: `${path}-missing`, fileSize: 19n } })), (e) => e.kind === 'read' && e.message.startsWith(`cannot read changelog file ${path}-missing`));
+    await assert.rejects(storage.read(handle({ offset: 99n })), /changelog file .* has 23 logical bytes but the handle records|offset 99 is beyond/);
+    writeFileSync(path, good.subarray(0, good.length - 2));
+    await assert.rejects(storage.read(snapshot.remote), (e) => e.kind === 'read' && e.message.includes('the file was truncated or replaced'));
+    writeFileSync(path, Buffer.concat([Buffer.from([9]), good.subarray(1)]));
+    await assert.rejects(storage.read(snapshot.remote), /corrupt changelog file .* at logical offset 0: unknown compression flag 0x09/);
+    w.close();
+    await storage.close();
+  });
+
+  test('manifests round-trip into handles; a bad manifest is a read error', async () => {
+    const { manifestFromSnapshot, storeManifest, loadManifest } = await import('../lib/index.mjs');
+    const storage = await open({ 'dstl.local-recovery.enabled': 'true' });
+    const w = storage.createWriter('op', RANGE);
+    w.append(3, Buffer.from('payload'));
+    const snapshot = await w.persist(0, 1);
+    const path = join(tempDir(), 'op.json');
+    await storeManifest(path, manifestFromSnapshot(snapshot, { writer: 'op', checkpointId: 1n }));
+    const { remote, local } = await loadManifest(path);
+    assert.deepEqual((await storage.read(remote)).map((c) => Buffer.from(c.value).toString()), ['payload']);
+    assert.deepEqual((await storage.read(local)).map((c) => Buffer.from(c.value).toString()), ['payload']);
+    writeFileSync(path, '{"entries": 7');
+    await assert.rejects(loadManifest(path), (e) => e.kind === 'read' && e.message.startsWith(`invalid manifest ${path}`));
+    w.close();
+    await storage.close();
+  });
+});
