@@ -52,9 +52,14 @@ function* batches(workload, index, changes) {
  * @returns {AsyncGenerator<{keyGroups: Int32Array, lengths: Uint32Array, data: Uint8Array}>}
  */
 export async function* generatedBatches(workload, index, changes) {
+  // Credits: batches the worker may generate ahead; a shared counter, so handing one back
+  // costs an atomic add rather than a message.
+  const credits = new Int32Array(new SharedArrayBuffer(4));
+  credits[0] = AHEAD;
   const worker = new Worker(new URL(import.meta.url), {
     workerData: {
       dstlChangesSource: true,
+      credits,
       workload: { seed: String(workload.seed), keyGroups: workload.keyGroups, changeSize: workload.changeSize, checkpointEvery: workload.checkpointEvery },
       index,
       changes,
@@ -81,7 +86,8 @@ export async function* generatedBatches(workload, index, changes) {
     for (;;) {
       if (failure) throw failure;
       if (queue.length > 0) {
-        worker.postMessage('credit');
+        Atomics.add(credits, 0, 1);
+        Atomics.notify(credits, 0);
         yield queue.shift();
       } else if (finished) {
         return;
@@ -96,20 +102,17 @@ export async function* generatedBatches(workload, index, changes) {
 }
 
 if (!isMainThread && workerData?.dstlChangesSource) {
-  const { workload, index, changes } = workerData;
-  let credits = AHEAD;
-  let resume = null;
-  parentPort.on('message', () => {
-    credits++;
-    resume?.();
-  });
-  (async () => {
-    for (const batch of batches({ ...workload, seed: BigInt(workload.seed) }, index, changes)) {
-      while (credits === 0) await new Promise((resolve) => (resume = resolve));
-      resume = null;
-      credits--;
-      parentPort.postMessage(batch, [batch.keyGroups.buffer, batch.lengths.buffer, batch.data.buffer]);
+  const { workload, index, changes, credits } = workerData;
+  for (const batch of batches({ ...workload, seed: BigInt(workload.seed) }, index, changes)) {
+    for (;;) {
+      const available = Atomics.load(credits, 0);
+      if (available > 0) {
+        if (Atomics.compareExchange(credits, 0, available, available - 1) === available) break;
+      } else {
+        Atomics.wait(credits, 0, available);
+      }
     }
-    parentPort.postMessage('end');
-  })();
+    parentPort.postMessage(batch, [batch.keyGroups.buffer, batch.lengths.buffer, batch.data.buffer]);
+  }
+  parentPort.postMessage('end');
 }
