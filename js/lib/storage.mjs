@@ -145,7 +145,6 @@ export class ChangelogStorage {
       localRecovery: this.config.localRecovery,
     };
     const writer = new Writer(this, config, { memoryLimit, callTimeoutMs, id: `w${this.nextWriterId++}` });
-    writer.writerConfig = config;
     this.writers.add(writer);
     return writer;
   }
