@@ -1,0 +1,20 @@
+// The Node host of the dstl writer component: public API.
+
+export { ChangelogStorage, defaultLogger } from './storage.mjs';
+export { Writer } from './writer.mjs';
+export { Config, KEYS, parseDuration, parseMemory } from './config.mjs';
+export {
+  ConfigError,
+  DstlError,
+  InvalidArgumentError,
+  ReadError,
+  SetupError,
+  TrappedError,
+  WRITER_ERROR_KINDS,
+  WriterError,
+} from './errors.mjs';
+export { LocalStore } from './store.mjs';
+export { readHandle } from './reader.mjs';
+export { loadManifest, manifestFromSnapshot, storeManifest } from './manifest.mjs';
+export { decodeChangeSet, digest, encodeFile, logicalBytes, META_KEY_GROUP } from './codec.mjs';
+export { capMemory, loadComponent, locateGuestWasm, transpileGuest } from './component.mjs';

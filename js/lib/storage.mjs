@@ -1,0 +1,216 @@
+// `ChangelogStorage`: one per process or job. It owns the compiled component, the upload
+// machinery and the registries all its writers share (the Rust host's storage.rs).
+
+import { Config } from './config.mjs';
+import { loadComponent } from './component.mjs';
+import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
+import { readHandle } from './reader.mjs';
+import { Discarder, LocalRegistry, Outstanding, TaskRegistry } from './registry.mjs';
+import { Metrics, Scheduler, Uploader } from './scheduler.mjs';
+import { LocalStore } from './store.mjs';
+import { Writer } from './writer.mjs';
+
+const LEVELS = { trace: 0, debug: 1, info: 2, warn: 3, error: 4 };
+
+/**
+ * Logs to stderr at `warn` and above, or at the level `DSTL_LOG` names.
+ * @param {string} level
+ * @param {string|null} writer
+ * @param {string} message
+ */
+export function defaultLogger(level, writer, message) {
+  const threshold = LEVELS[process.env.DSTL_LOG ?? 'warn'] ?? LEVELS.warn;
+  if ((LEVELS[level] ?? 2) < threshold) return;
+  process.stderr.write(`${level.toUpperCase()} ${writer ? `writer=${writer} ` : ''}${message}\n`);
+}
+
+/**
+ * The changelog storage of one job: creates writers and reads snapshots back.
+ * Open it with {@link ChangelogStorage.open}.
+ */
+export class ChangelogStorage {
+  /** @internal */
+  constructor(config, component, stores, logger) {
+    /** The effective configuration. @type {Config} */
+    this.config = config;
+    /** The compiled writer component. */
+    this.component = component;
+    this.stores = stores;
+    this.logger = logger;
+    this.outstanding = new Outstanding();
+    this.metricsCounters = new Metrics();
+    const log = (level, message) => this._log(level, null, message);
+    const discarder = new Discarder(stores, this.outstanding, log);
+    /** Reference counts of uploaded files no confirmed checkpoint owns yet. */
+    this.taskRegistry = new TaskRegistry(discarder);
+    /** @type {Set<Writer>} */
+    this.writers = new Set();
+    /** Local copies per checkpoint, owned per writer. */
+    this.localRegistry = new LocalRegistry(discarder, (path, except) => {
+      for (const writer of this.writers) if (writer.id !== except && writer.holds(path)) return true;
+      return false;
+    });
+    this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log, config.uploadThreads);
+    this.scheduler = new Scheduler(config, this.uploader, this.taskRegistry, this.outstanding, this.metricsCounters, log);
+    this.closed = false;
+    this.nextWriterId = 0;
+  }
+
+  /**
+   * Opens a storage: creates `<base>/<job-id>/dstl/` (and the local-copy directory with
+   * local recovery on), and loads the writer component (transpiling it on first use).
+   * @param {Config|Record<string, string|number|boolean>} [config] a Config or `{key: value}` settings
+   * @param {object} [options]
+   * @param {import('./store.mjs').Store} [options.store] where uploads go instead of the job directory
+   * @param {string} [options.wasm] the component (default: {@link locateGuestWasm})
+   * @param {(level: string, writer: string|null, message: string) => void} [options.logger]
+   * @returns {Promise<ChangelogStorage>}
+   */
+  static async open(config = {}, options = {}) {
+    if (!(config instanceof Config)) config = Config.from(config);
+    config.validate();
+    let remote = options.store;
+    if (!remote) {
+      try {
+        remote = await LocalStore.open(config.jobDir());
+      } catch (e) {
+        throw new SetupError(`cannot create the changelog directory ${config.jobDir()}: ${e.message}`);
+      }
+    }
+    let local = null;
+    if (config.localRecovery) {
+      try {
+        local = await LocalStore.open(config.localCopiesDir());
+      } catch (e) {
+        throw new SetupError(`cannot create the local-copy directory ${config.localCopiesDir()}: ${e.message}`);
+      }
+    }
+    let component;
+    try {
+      component = await loadComponent(options.wasm);
+    } catch (e) {
+      if (e instanceof SetupError) throw e;
+      throw new SetupError(`cannot load the writer component: ${e.message}`);
+    }
+    return new ChangelogStorage(config, component, { remote, local }, options.logger ?? defaultLogger);
+  }
+
+  /** @internal */
+  _log(level, writer, message) {
+    try {
+      this.logger(level, writer, message);
+    } catch {
+      // A failing logger must not break a writer.
+    }
+  }
+
+  /** @internal releases every file reference of upload results whose writer is gone */
+  _releaseResults(results) {
+    for (const result of results) {
+      this.taskRegistry.release(result.remote.path);
+      if (result.local) this.taskRegistry.release(result.local.handle.path);
+    }
+  }
+
+  /**
+   * Creates a writer: one instance of the component, its memory capped at
+   * `options.memoryLimit` (default `dstl.writer.memory-limit`), each call held to
+   * `options.callTimeoutMs` (default `dstl.writer.call-timeout`; see the README on what
+   * Node can enforce).
+   * @param {string} name operator name, 1 to 256 characters, no control characters
+   * @param {{start: number, end: number}} keyGroupRange inclusive
+   * @param {{memoryLimit?: number, callTimeoutMs?: number}} [options]
+   * @returns {Writer}
+   * @throws {InvalidArgumentError|TrappedError}
+   */
+  createWriter(name, keyGroupRange, options = {}) {
+    if (typeof name !== 'string' || name.length === 0 || name.length > 256 || /\p{Cc}/u.test(name)) {
+      throw new InvalidArgumentError(`invalid writer name ${JSON.stringify(name)}: need 1 to 256 characters and no control characters`);
+    }
+    const { start, end } = keyGroupRange ?? {};
+    if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || start > end || end > 2147483647) {
+      throw new InvalidArgumentError(`invalid key-group range [${start}, ${end}] for writer ${name}: need 0 <= start <= end`);
+    }
+    const memoryLimit = options.memoryLimit ?? this.config.writerMemoryLimit;
+    if (!Number.isSafeInteger(memoryLimit) || memoryLimit > this.config.writerMemoryLimit) {
+      throw new InvalidArgumentError(`memory limit ${memoryLimit} of writer ${name} exceeds the storage's dstl.writer.memory-limit ${this.config.writerMemoryLimit}`);
+    }
+    const callTimeoutMs = options.callTimeoutMs ?? this.config.writerCallTimeoutMs;
+    if (!(callTimeoutMs > 0)) throw new InvalidArgumentError(`call timeout ${callTimeoutMs} of writer ${name} must be above 0 ms`);
+    if (this.closed) throw new InvalidArgumentError(`cannot create writer ${name}: the storage is closed`);
+    const config = {
+      name,
+      keyGroupRange: { start, end },
+      preemptivePersistThreshold: BigInt(this.config.preemptivePersistThreshold),
+      localRecovery: this.config.localRecovery,
+    };
+    const writer = new Writer(this, config, { memoryLimit, callTimeoutMs, id: `w${this.nextWriterId++}` });
+    this.writers.add(writer);
+    return writer;
+  }
+
+  /**
+   * Reads a snapshot's handle back (recovery).
+   * @param {object} handle a `remote` or `local` handle of a snapshot result or manifest
+   * @returns {Promise<{keyGroup: number, value: Uint8Array}[]>}
+   */
+  read(handle) {
+    return readHandle(handle, (path) => this.stores.remote.read(path));
+  }
+
+  /** True while uploads are accepted without exceeding `dstl.dfs.upload.max-in-flight`. */
+  isAvailable() {
+    return this.scheduler.throttle.isAvailable();
+  }
+
+  /**
+   * Resolves once the bytes in flight are below `dstl.dfs.upload.max-in-flight`: await
+   * it before appending (Node cannot block inside the writer's `schedule` import).
+   * @returns {Promise<void>}
+   */
+  available() {
+    return this.scheduler.throttle.available();
+  }
+
+  /** Upload counters and gauges. */
+  metrics() {
+    return {
+      ...this.metricsCounters,
+      upload_queue_size: this.scheduler.queueSize(),
+      bytes_in_flight: this.scheduler.throttle.inFlight,
+    };
+  }
+
+  /**
+   * Resolves once every upload and deletion started so far has finished and its outcome
+   * was handed to its writer.
+   * @returns {Promise<void>}
+   */
+  idle() {
+    return this.outstanding.idle();
+  }
+
+  /**
+   * Stops accepting uploads: queued tasks fail with a closed error, those awaiting
+   * capacity are woken, and running batches get up to `max-attempts × timeout` (at least
+   * 5 s) to finish and deliver.
+   * @returns {Promise<void>}
+   */
+  async close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.scheduler.close();
+    const grace = Math.max(this.config.uploadTimeoutMs * this.config.maxAttempts, 5000);
+    let timer;
+    const timedOut = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(true), grace);
+      timer.unref?.();
+    });
+    const late = await Promise.race([this.idle().then(() => false), timedOut]);
+    clearTimeout(timer);
+    if (late) this._log('warn', null, `uploads still running at close after ${grace} ms; abandoning them`);
+    await this.uploader.close();
+  }
+}
+
+export { Config, ConfigError };

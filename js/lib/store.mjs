@@ -1,0 +1,145 @@
+// A local directory as a store, writing exactly as the Rust host's `LocalStore`
+// (`host/src/store/local.rs`): a file is written under the temporary name
+// `.NAME.PID.tmp`, fsync'd, hard-linked into place (which fails rather than overwrite),
+// and the directory fsync'd before the write counts; a failed write leaves nothing.
+
+import { link, mkdir, open, readdir, readFile, realpath, rm, stat, unlink } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+
+/**
+ * The store interface the host uploads through (tests substitute their own):
+ * `createParts(name, parts) → Promise<path>`, `delete(path)`, `read(path)`,
+ * `list() → Promise<{path, size, modifiedMs}[]>`, `describe() → string`, `contains(path)`.
+ * @typedef {object} Store
+ */
+
+async function writeAll(handle, parts) {
+  let pending = parts.filter((p) => p.length > 0);
+  while (pending.length > 0) {
+    const { bytesWritten } = await handle.writev(pending);
+    let left = bytesWritten;
+    const rest = [];
+    for (const part of pending) {
+      if (left >= part.length) {
+        left -= part.length;
+      } else {
+        rest.push(part.subarray(left));
+        left = 0;
+      }
+    }
+    pending = rest;
+  }
+}
+
+/** Fsyncs a directory so the names in it are durable. */
+export async function syncDir(dir) {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** A directory of changelog files. */
+export class LocalStore {
+  /** @param {string} dir absolute and canonical; use {@link LocalStore.open} */
+  constructor(dir) {
+    this.dir = dir;
+  }
+
+  /**
+   * A store writing into `dir`, created if missing, made absolute and canonical so
+   * handles name files independently of the working directory.
+   * @param {string} dir
+   * @returns {Promise<LocalStore>}
+   */
+  static async open(dir) {
+    await mkdir(dir, { recursive: true });
+    return new LocalStore(await realpath(dir));
+  }
+
+  /** True if `path` names a file directly inside this store's directory. */
+  contains(path) {
+    const name = basename(path);
+    return dirname(path) === this.dir && name !== '' && name !== '.' && name !== '..';
+  }
+
+  /**
+   * Creates `name` from `parts` written one after the other, atomically and durably;
+   * fails if it exists. Returns its path.
+   * @param {string} name
+   * @param {Uint8Array[]} parts
+   * @returns {Promise<string>}
+   */
+  async createParts(name, parts) {
+    const target = join(this.dir, name);
+    const staging = join(this.dir, `.${name}.${process.pid}.tmp`);
+    let linked = false;
+    try {
+      const handle = await open(staging, 'wx');
+      try {
+        await writeAll(handle, parts);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      // A hard link creates the name only if it is free, so a file is never
+      // overwritten, and it appears with all its bytes at once.
+      await link(staging, target);
+      linked = true;
+      await syncDir(this.dir);
+    } catch (e) {
+      if (linked) await rm(target, { force: true });
+      throw e;
+    } finally {
+      await rm(staging, { force: true });
+    }
+    return target;
+  }
+
+  /**
+   * Deletes a file of this store; a missing file counts as deleted. Refuses any path
+   * outside the directory.
+   * @param {string} path
+   */
+  async delete(path) {
+    if (!this.contains(path)) {
+      const error = new Error(`${path} is not a file of the store ${this.dir}`);
+      error.code = 'EINVAL';
+      throw error;
+    }
+    try {
+      await unlink(path);
+    } catch (e) {
+      if (e.code !== 'ENOENT') throw e;
+    }
+  }
+
+  /** Reads a whole file. */
+  read(path) {
+    return readFile(path);
+  }
+
+  /**
+   * The files of the directory, sorted by path; with `staging`, also the hidden staging
+   * files of interrupted writes.
+   * @returns {Promise<{path: string, size: number, modifiedMs: number}[]>}
+   */
+  async list(staging = false) {
+    const files = [];
+    for (const entry of await readdir(this.dir, { withFileTypes: true })) {
+      if (!staging && entry.name.startsWith('.')) continue;
+      if (!entry.isFile()) continue;
+      const path = join(this.dir, entry.name);
+      const info = await stat(path);
+      files.push({ path, size: info.size, modifiedMs: info.mtimeMs });
+    }
+    return files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  }
+
+  /** @returns {string} where the files go, for messages */
+  describe() {
+    return this.dir;
+  }
+}

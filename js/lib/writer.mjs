@@ -1,0 +1,594 @@
+// One operator's writer: its own instance of the writer component plus its mailbox, as
+// the Rust host's writer.rs.
+//
+// - Mailbox: upload outcomes are delivered serially with the writer's own calls, after a
+//   call returns and never from inside an import (JS is single-threaded: an outcome
+//   arriving while a call runs waits in the mailbox and is delivered when it returns).
+// - Appends are buffered on the host side as packed columns and handed to the guest as
+//   one `append-batch` call before any other call of this writer, when 256 KiB or 4096
+//   changes have gathered, or when the open bytes reach the pre-emptive threshold.
+// - A trap (a guest panic, memory growth past the cap, a call past its deadline, a guest
+//   fault found by an import) poisons this writer only: its pending persists reject with
+//   a `TrappedError` naming it, the uploaded files it held that no snapshot returned to
+//   the caller references are released, and every later call fails with the same error.
+
+import { META_KEY_GROUP } from './codec.mjs';
+import { InvalidArgumentError, TrappedError, WriterError } from './errors.mjs';
+import { IMPORT_KEYS } from './component.mjs';
+import { Capture, wasiImports } from './wasi.mjs';
+
+const MAX_BATCH_BYTES = 256 * 1024;
+const MAX_BATCH_CHANGES = 4096;
+const I32_MAX = 2147483647;
+const U64_MAX = (1n << 64n) - 1n;
+const S64_MIN = -(1n << 63n);
+const S64_MAX = (1n << 63n) - 1n;
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
+const noop = () => {};
+
+/** A u64 argument as a BigInt; numbers must be safe integers. */
+function u64(value, what) {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
+  if (typeof value === 'bigint' && value >= 0n && value <= U64_MAX) return value;
+  throw new InvalidArgumentError(`${what} must be an unsigned 64-bit integer (a bigint, or a safe non-negative integer number), got ${describe(value)}`);
+}
+
+/** An s64 argument as a BigInt. */
+function s64(value, what) {
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
+  if (typeof value === 'bigint' && value >= S64_MIN && value <= S64_MAX) return value;
+  throw new InvalidArgumentError(`${what} must be a signed 64-bit integer (a bigint, or a safe integer number), got ${describe(value)}`);
+}
+
+function i32(value, what) {
+  if (Number.isInteger(value) && value >= -2147483648 && value <= I32_MAX) return value;
+  throw new InvalidArgumentError(`${what} must be a 32-bit integer, got ${describe(value)}`);
+}
+
+function bytes(value, what) {
+  if (value instanceof Uint8Array) return value;
+  throw new InvalidArgumentError(`${what} must be a Uint8Array (or Buffer), got ${describe(value)}`);
+}
+
+function describe(value) {
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
+  if (typeof value === 'bigint') return `${value}n`;
+  if (value === null || value === undefined) return String(value);
+  if (typeof value === 'object') return `a ${value.constructor?.name ?? 'object'}`;
+  return `${typeof value} ${String(value)}`;
+}
+
+function isWriterErrorPayload(e) {
+  return e !== null && typeof e === 'object' && !(e instanceof Error) && typeof e.tag === 'string' && typeof e.val === 'string';
+}
+
+/** Packed columns of buffered appends. */
+class Batch {
+  constructor() {
+    // Allocated on the first append, so idle writers stay small.
+    this.keyGroups = null;
+    this.lengths = null;
+    this.data = null;
+    this.count = 0;
+    this.bytes = 0;
+  }
+  push(keyGroup, value) {
+    if (this.keyGroups === null) {
+      this.keyGroups = new Int32Array(MAX_BATCH_CHANGES);
+      this.lengths = new Uint32Array(MAX_BATCH_CHANGES);
+      this.data = new Uint8Array(MAX_BATCH_BYTES);
+    }
+    this.keyGroups[this.count] = keyGroup;
+    this.lengths[this.count] = value.length;
+    this.count++;
+    const end = this.bytes + value.length;
+    if (end > this.data.length) {
+      const grown = new Uint8Array(Math.max(end, this.data.length * 2));
+      grown.set(this.data.subarray(0, this.bytes));
+      this.data = grown;
+    }
+    this.data.set(value, this.bytes);
+    this.bytes = end;
+  }
+  isFull() {
+    return this.bytes >= MAX_BATCH_BYTES || this.count >= MAX_BATCH_CHANGES;
+  }
+  clear() {
+    this.count = 0;
+    this.bytes = 0;
+  }
+}
+
+/**
+ * One operator's writer. Create it with {@link ChangelogStorage#createWriter}. Every
+ * method is synchronous except that `persist` returns a Promise of the snapshot;
+ * precondition violations throw a {@link WriterError} whose `kind` is the WIT error case.
+ * Sequence numbers and checkpoint ids are BigInts (numbers that are safe integers are
+ * accepted as arguments).
+ */
+export class Writer {
+  #storage;
+  #config;
+  #options;
+  #live = null;
+  #failure = null;
+  #pending = new Map();
+  #buffer = new Batch();
+  #closed = false;
+  #openBytes = 0;
+  #mailbox = [];
+  #busy = false;
+  #fault = null;
+  /** @type {Map<string, number>} file references delivered to the guest, not yet released */
+  #held = new Map();
+  /** @type {Set<string>} files referenced by snapshots returned to the caller */
+  #returned = new Set();
+  #capture = new Capture();
+
+  /** @internal use {@link ChangelogStorage#createWriter} */
+  constructor(storage, config, options) {
+    this.#storage = storage;
+    this.#config = config;
+    this.#options = options;
+    /** The operator name. */
+    this.name = config.name;
+    /** An id unique within the storage (owner of local-registry entries). */
+    this.id = options.id;
+    try {
+      const root = storage.component.instantiate(this.#imports(), options.memoryLimit);
+      const resource = new root.writer.Writer(config);
+      this.#live = { root, resource, memory: root.memory };
+    } catch (e) {
+      throw new TrappedError(config.name, `could not instantiate the writer component: ${e?.message ?? e}`);
+    }
+  }
+
+  /** Why the sandbox failed, if it trapped; `null` otherwise. */
+  get failure() {
+    return this.#failure;
+  }
+
+  /** True while the writer holds a reference to `path` (the storage asks, for deletion). */
+  holds(path) {
+    return this.#held.has(path);
+  }
+
+  #imports() {
+    const storage = this.#storage;
+    const log = (level, message) => storage._log(level, this.name, message);
+    const guard = (what, fn) => (...args) => {
+      try {
+        return fn(...args);
+      } catch (e) {
+        // An exception must never unwind through the guest: record it as a fault that
+        // poisons this writer once its call returns.
+        this.#fault ??= `the host's ${what} import failed: ${e?.message ?? e}`;
+        return undefined;
+      }
+    };
+    const requireHeld = (operation, path) => {
+      if (this.#held.has(path)) return true;
+      this.#fault ??= `guest fault: ${operation} of ${path}, a file writer ${this.name} does not hold`;
+      return false;
+    };
+    return {
+      ...wasiImports(this.#capture),
+      [IMPORT_KEYS.uploader]: {
+        schedule: (task) => {
+          let cause;
+          try {
+            cause = storage.scheduler.submit(this, task);
+          } catch (e) {
+            cause = `the scheduler failed: ${e?.message ?? e}`;
+          }
+          // jco turns a thrown non-Error value into the `err` case of the result.
+          if (cause) throw String(cause);
+        },
+      },
+      [IMPORT_KEYS.registry]: {
+        release: guard('release', (handle) => {
+          if (!requireHeld('release', handle.path)) return;
+          const count = this.#held.get(handle.path);
+          if (count <= 1) this.#held.delete(handle.path);
+          else this.#held.set(handle.path, count - 1);
+          storage.taskRegistry.release(handle.path);
+        }),
+        stopTracking: guard('stop-tracking', (handle) => {
+          // The writer still holds the file (it releases it when the change set is
+          // truncated); only the registry stops counting it.
+          if (!requireHeld('stop-tracking', handle.path)) return;
+          storage.taskRegistry.stopTracking(handle.path);
+        }),
+      },
+      [IMPORT_KEYS.localRegistry]: {
+        register: guard('register', (handle, checkpoint) => {
+          if (!requireHeld('local register', handle.path)) return;
+          storage.localRegistry.register(this.id, handle.path, checkpoint);
+        }),
+        discardUpTo: (checkpoint) => {
+          try {
+            return storage.localRegistry.discardUpTo(this.id, checkpoint);
+          } catch (e) {
+            this.#fault ??= `the host's discard-up-to import failed: ${e?.message ?? e}`;
+            return [];
+          }
+        },
+      },
+      [IMPORT_KEYS.logging]: {
+        log: guard('log', (level, message) => log(typeof level === 'string' ? level : LEVELS[level] ?? 'info', message)),
+      },
+    };
+  }
+
+  // ---- the API ----
+
+  /**
+   * Appends a data change for `keyGroup` (buffered: see the module comment). Bad
+   * arguments and a closed or failed writer are reported at once.
+   * @param {number} keyGroup within the writer's key-group range
+   * @param {Uint8Array} value
+   */
+  append(keyGroup, value) {
+    const kg = i32(keyGroup, 'key group');
+    const v = bytes(value, 'value');
+    const { start, end } = this.#config.keyGroupRange;
+    let problem = null;
+    if (kg < 0) problem = `key group ${kg} is negative; metadata changes go through append-meta`;
+    else if (kg < start || kg > end) problem = `key group ${kg} is outside the key-group range [${start}, ${end}] of writer ${this.name}`;
+    this.#buffered(kg, v, 'append', problem);
+  }
+
+  /**
+   * Appends a metadata change (key group -1), buffered like {@link Writer#append}.
+   * @param {Uint8Array} value
+   */
+  appendMeta(value) {
+    this.#buffered(META_KEY_GROUP, bytes(value, 'value'), 'append-meta', null);
+  }
+
+  /** Checks in the guest's order (a failed or closed writer first, then `problem`), then buffers. */
+  #buffered(keyGroup, value, operation, problem) {
+    this.#enter();
+    if (!this.#live) throw this.#trappedError();
+    if (this.#closed) throw new WriterError(this.name, 'closed', `${operation} on writer ${this.name} after it was closed`);
+    if (problem) throw new WriterError(this.name, 'invalid-argument', problem);
+    if (value.length > I32_MAX) {
+      throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
+    }
+    if (value.length >= MAX_BATCH_BYTES) {
+      // Large values gain nothing from batching: hand them over directly.
+      this.#callWith((live) => this.#appendBatchCall(live, Int32Array.of(keyGroup), Uint32Array.of(value.length), value));
+      return;
+    }
+    this.#buffer.push(keyGroup, value);
+    this.#openBytes += value.length;
+    if (this.#openBytes < this.#config.preemptivePersistThreshold && !this.#buffer.isFull()) return;
+    this.#callWith(null);
+  }
+
+  /**
+   * Appends many changes as packed columns: `lengths[i]` bytes of `data` belong to
+   * `keyGroups[i]` (-1 for metadata). A malformed batch appends nothing.
+   * @param {Int32Array|number[]} keyGroups
+   * @param {Uint32Array|number[]} lengths
+   * @param {Uint8Array} data
+   */
+  appendBatch(keyGroups, lengths, data) {
+    const kgs = keyGroups instanceof Int32Array ? keyGroups : Array.isArray(keyGroups) ? Int32Array.from(keyGroups, (v, i) => i32(v, `key group [${i}]`)) : null;
+    if (!kgs) throw new InvalidArgumentError(`key groups must be an Int32Array or an array of numbers, got ${describe(keyGroups)}`);
+    const lens = lengths instanceof Uint32Array ? lengths : Array.isArray(lengths) ? Uint32Array.from(lengths, (v, i) => {
+      if (!Number.isInteger(v) || v < 0 || v > 4294967295) throw new InvalidArgumentError(`length [${i}] must be an unsigned 32-bit integer, got ${describe(v)}`);
+      return v;
+    }) : null;
+    if (!lens) throw new InvalidArgumentError(`lengths must be a Uint32Array or an array of numbers, got ${describe(lengths)}`);
+    const d = bytes(data, 'data');
+    this.#callWith((live) => this.#appendBatchCall(live, kgs, lens, d));
+  }
+
+  /** An append-batch call, keeping the mirror of the guest's open bytes. */
+  #appendBatchCall(live, keyGroups, lengths, data) {
+    try {
+      this.#openBytes = Number(live.resource.appendBatch(keyGroups, lengths, data));
+    } catch (e) {
+      // A failed pre-emptive persist leaves the set open and over the threshold (so the
+      // next append tries again, as the guest would); a malformed batch appended nothing.
+      if (isWriterErrorPayload(e) && e.tag !== 'invalid-argument') this.#openBytes = Infinity;
+      throw e;
+    }
+  }
+
+  /** @returns {bigint} always 0 */
+  initialSequenceNumber() {
+    return this.#callWith((live) => live.resource.initialSequenceNumber());
+  }
+
+  /**
+   * Closes the open change set if it is non-empty and returns the next sequence number.
+   * @returns {bigint}
+   */
+  nextSequenceNumber() {
+    return this.#callWith((live) => {
+      this.#openBytes = 0;
+      return live.resource.nextSequenceNumber();
+    });
+  }
+
+  /**
+   * Makes every change set from `from` on durable for `checkpoint`. Throws at once for a
+   * precondition violation; otherwise returns a Promise of the snapshot result, which
+   * rejects with a {@link WriterError} (`upload-failed`, `closed`) or a
+   * {@link TrappedError}. The Promise's `immediate` is true when nothing had to be
+   * uploaded. An unobserved rejection never crashes the process.
+   * @param {bigint|number} from
+   * @param {bigint|number} checkpoint
+   * @returns {Promise<object> & {immediate: boolean}}
+   */
+  persist(from, checkpoint) {
+    const start = u64(from, 'from');
+    const cp = s64(checkpoint, 'checkpoint');
+    return this.#callWith((live) => {
+      let reply;
+      try {
+        reply = live.resource.persist(start, cp);
+        this.#openBytes = 0;
+      } catch (e) {
+        if (isWriterErrorPayload(e) && e.tag === 'upload-failed') this.#openBytes = 0;
+        throw e;
+      }
+      let promise;
+      if (reply.tag === 'ready') {
+        this.#noteReturned(reply.val);
+        promise = Promise.resolve(reply.val);
+      } else {
+        promise = new Promise((resolve, reject) => this.#pending.set(reply.val, { resolve, reject }));
+        promise.catch(noop);
+      }
+      Object.defineProperty(promise, 'immediate', { value: reply.tag === 'ready' });
+      return promise;
+    });
+  }
+
+  /**
+   * Drops change sets below `to`.
+   * @param {bigint|number} to
+   */
+  truncate(to) {
+    const sqn = u64(to, 'to');
+    this.#callWith((live) => live.resource.truncate(sqn));
+  }
+
+  /**
+   * A checkpoint holding `[from, to)` was confirmed. After `close` it still discards
+   * the local copies this writer registered below `checkpoint`, without error.
+   * @param {bigint|number} from
+   * @param {bigint|number} to
+   * @param {bigint|number} checkpoint
+   */
+  confirm(from, to, checkpoint) {
+    const args = [u64(from, 'from'), u64(to, 'to'), s64(checkpoint, 'checkpoint')];
+    if (this.#closed && this.#live) {
+      // After close the guest refuses calls, but a confirmation still ends the local
+      // copies this writer registered below the checkpoint (not an error).
+      this.#enter();
+      this.#storage.localRegistry.discardUpTo(this.id, args[2]);
+      return;
+    }
+    this.#callWith((live) => live.resource.confirm(...args));
+  }
+
+  /**
+   * A checkpoint holding `[from, to)` was aborted.
+   * @param {bigint|number} from
+   * @param {bigint|number} to
+   * @param {bigint|number} checkpoint
+   */
+  reset(from, to, checkpoint) {
+    const args = [u64(from, 'from'), u64(to, 'to'), s64(checkpoint, 'checkpoint')];
+    this.#callWith((live) => live.resource.reset(...args));
+  }
+
+  /**
+   * Releases change sets from `from` on and closes; pending persists reject with `closed`.
+   * @param {bigint|number} from
+   */
+  truncateAndClose(from) {
+    const sqn = u64(from, 'from');
+    this.#callWith((live) => this.#resolve(live.resource.truncateAndClose(sqn)));
+    this.#closed = true;
+  }
+
+  /**
+   * Closes the writer; pending persists reject with `closed`. Uploads still in flight are
+   * released when they land.
+   */
+  close() {
+    this.#callWith((live) => this.#resolve(live.resource.close()));
+    this.#closed = true;
+  }
+
+  /**
+   * Drops the sandbox now (as dropping a Rust `Writer`): later calls fail with `closed`,
+   * pending persists reject, uploads still in flight release their files when they land.
+   * Files the writer held stay tracked (a checkpoint may still need them).
+   */
+  dispose() {
+    this.#storage.writers.delete(this);
+    if (!this.#live) return;
+    this.#dropInstance();
+    const error = new WriterError(this.name, 'closed', `writer ${this.name} was dropped before the persist completed`);
+    this.#rejectAll(error);
+    this.#drain();
+  }
+
+  // ---- calls, mailbox, traps ----
+
+  #enter() {
+    if (this.#busy) {
+      throw new InvalidArgumentError(`re-entrant call into writer ${this.name} from inside one of its own calls`);
+    }
+  }
+
+  /**
+   * Runs one guest call: delivers waiting upload outcomes and buffered appends first,
+   * and outcomes that arrived meanwhile after. `fn` null: only the flush.
+   */
+  #callWith(fn) {
+    this.#enter();
+    this.#drain();
+    try {
+      this.#flush();
+      return fn ? this.#invoke(fn) : undefined;
+    } finally {
+      this.#drain();
+    }
+  }
+
+  #flush() {
+    const buffer = this.#buffer;
+    if (buffer.count === 0) return;
+    const n = buffer.count;
+    const size = buffer.bytes;
+    buffer.clear();
+    this.#invoke((live) => this.#appendBatchCall(live, buffer.keyGroups.subarray(0, n), buffer.lengths.subarray(0, n), buffer.data.subarray(0, size)));
+  }
+
+  /** One guest call; a trap, a fault or an overrun deadline poisons the writer. */
+  #invoke(fn) {
+    const live = this.#live;
+    if (!live) throw this.#trappedError();
+    this.#busy = true;
+    const started = performance.now();
+    let value;
+    let thrown;
+    let threw = false;
+    try {
+      value = fn(live);
+    } catch (e) {
+      threw = true;
+      thrown = e;
+    } finally {
+      this.#busy = false;
+    }
+    const elapsed = performance.now() - started;
+    let cause = null;
+    if (this.#fault) {
+      cause = this.#fault;
+    } else if (threw && !isWriterErrorPayload(thrown)) {
+      cause = this.#describeTrap(thrown, live);
+    } else if (elapsed > this.#options.callTimeoutMs) {
+      cause =
+        `the call ran for ${Math.round(elapsed)} ms, past its deadline of ${this.#options.callTimeoutMs} ms ` +
+        '(dstl.writer.call-timeout); Node cannot interrupt a running call, so the writer was stopped when it returned';
+    }
+    if (cause !== null) {
+      this.#poison(cause, live);
+      throw this.#trappedError();
+    }
+    if (threw) throw new WriterError(this.name, thrown.tag, thrown.val);
+    return value;
+  }
+
+  #describeTrap(error, live) {
+    let cause = error instanceof Error ? `${error.name}: ${error.message}` : `${describe(error)} thrown`;
+    const memory = live.memory?.buffer.byteLength ?? 0;
+    if (error instanceof WebAssembly.RuntimeError && memory + 65536 * 16 > this.#options.memoryLimit) {
+      cause += `; the sandbox's memory (${memory} bytes) is at its limit of ${this.#options.memoryLimit} bytes (dstl.writer.memory-limit)`;
+    }
+    return cause;
+  }
+
+  #poison(cause, live) {
+    const printed = this.#capture.text();
+    if (printed) cause += `; guest stderr: ${printed}`;
+    this.#storage._log('error', this.name, `writer sandbox trapped: ${cause}`);
+    this.#failure = cause;
+    this.#fault = null;
+    if (this.#live === live) this.#dropInstance();
+    // The guest's references die with it. Files of snapshots already returned to the
+    // caller stay tracked (a checkpoint may still be confirmed); the rest are released,
+    // so files no one else needs are deleted.
+    for (const [path, count] of this.#held) {
+      if (this.#returned.has(path)) continue;
+      for (let i = 0; i < count; i++) this.#storage.taskRegistry.release(path);
+    }
+    this.#held.clear();
+    this.#buffer.clear();
+    this.#rejectAll(this.#trappedError());
+  }
+
+  #dropInstance() {
+    const live = this.#live;
+    this.#live = null;
+    try {
+      // Unregisters jco's finalizer, so a dead instance's destructor never runs from GC.
+      live.resource[Symbol.dispose]?.();
+    } catch {
+      // A trapped instance may fail its destructor: it is gone either way.
+    }
+  }
+
+  #rejectAll(error) {
+    const pending = this.#pending;
+    this.#pending = new Map();
+    for (const { reject } of pending.values()) reject(error);
+  }
+
+  #trappedError() {
+    if (this.#failure !== null) return new TrappedError(this.name, this.#failure);
+    return new WriterError(this.name, 'closed', `writer ${this.name} was dropped`);
+  }
+
+  #noteReturned(snapshot) {
+    for (const entry of snapshot.remote.entries) this.#returned.add(entry.handle.path);
+    for (const entry of snapshot.local?.entries ?? []) this.#returned.add(entry.handle.path);
+  }
+
+  #resolve(completions) {
+    for (const { ticket, outcome } of completions) {
+      const waiter = this.#pending.get(ticket);
+      if (!waiter) {
+        this.#storage._log('warn', this.name, `completion for an unknown persist ${ticket}`);
+        continue;
+      }
+      this.#pending.delete(ticket);
+      if (outcome.tag === 'ok') {
+        this.#noteReturned(outcome.val);
+        waiter.resolve(outcome.val);
+      } else {
+        waiter.reject(new WriterError(this.name, outcome.val.tag, outcome.val.val));
+      }
+    }
+  }
+
+  /** @internal the scheduler posts an upload outcome */
+  _post(letter) {
+    this.#mailbox.push(letter);
+    if (!this.#busy) this.#drain();
+  }
+
+  #drain() {
+    while (this.#mailbox.length > 0) {
+      const letter = this.#mailbox.shift();
+      if (!this.#live) {
+        // The sandbox is gone: nobody will reference these files.
+        if (letter.kind === 'succeeded') this.#storage._releaseResults(letter.results);
+        continue;
+      }
+      try {
+        this.#invoke((live) => {
+          if (letter.kind === 'succeeded') {
+            for (const result of letter.results) {
+              this.#held.set(result.remote.path, (this.#held.get(result.remote.path) ?? 0) + 1);
+              if (result.local) this.#held.set(result.local.handle.path, (this.#held.get(result.local.handle.path) ?? 0) + 1);
+            }
+            this.#resolve(live.resource.onUploadSucceeded(letter.task, letter.results));
+          } else {
+            this.#resolve(live.resource.onUploadFailed(letter.task, letter.cause));
+          }
+        });
+      } catch {
+        // A trap was handled by #invoke: the writer is poisoned, its persists rejected.
+      }
+    }
+  }
+}

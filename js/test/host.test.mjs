@@ -1,0 +1,327 @@
+// The Node host's own parts, against the real component: codec and Snappy framing
+// checked against the component's `reader` export (Rust's codec and `snap` crate inside
+// the sandbox), the store's file writing, configuration, argument validation, the mailbox,
+// the in-flight limit, trap isolation details, and the jco patches.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import {
+  ChangelogStorage,
+  Config,
+  ConfigError,
+  InvalidArgumentError,
+  LocalStore,
+  TrappedError,
+  WriterError,
+  capMemory,
+  decodeChangeSet,
+  encodeFile,
+  loadComponent,
+  logicalBytes,
+} from '../lib/index.mjs';
+import { Capture, wasiImports } from '../lib/wasi.mjs';
+import { IMPORT_KEYS } from '../lib/component.mjs';
+
+const RANGE = { start: 0, end: 127 };
+const dirs = [];
+function tempDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'dstl-node-'));
+  dirs.push(dir);
+  return dir;
+}
+after(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+async function open(settings = {}, options = {}) {
+  return ChangelogStorage.open({ 'dstl.dfs.base-path': tempDir(), ...settings }, { logger: () => {}, ...options });
+}
+
+/** A bare instance of the component, for its `reader` export. */
+let reader;
+before(async () => {
+  const component = await loadComponent();
+  const noop = () => {};
+  const imports = {
+    ...wasiImports(new Capture()),
+    [IMPORT_KEYS.uploader]: { schedule: noop },
+    [IMPORT_KEYS.registry]: { release: noop, stopTracking: noop },
+    [IMPORT_KEYS.localRegistry]: { register: noop, discardUpTo: () => [] },
+    [IMPORT_KEYS.logging]: { log: noop },
+  };
+  reader = component.instantiate(imports, 256 << 20).reader;
+});
+
+describe('codec', () => {
+  test('JS Snappy framing reads back through the component (Rust snap) and back', () => {
+    const text = Buffer.from('the quick brown fox jumps over the lazy dog; '.repeat(5000));
+    for (const data of [Buffer.alloc(0), randomBytes(100), text, randomBytes(200_000), Buffer.concat([text, randomBytes(70_000), text])]) {
+      const { parts, logical } = encodeFile([data], true);
+      const file = Buffer.concat(parts);
+      assert.equal(file[0], 1);
+      assert.equal(logical, data.length);
+      assert.deepEqual(Buffer.from(reader.logicalBytes(file)), data, 'the component reads what JS wrote');
+      assert.deepEqual(Buffer.from(logicalBytes(file)), data, 'JS reads what JS wrote');
+      if (data === text) assert.ok(file.length < data.length / 4, `compressible data shrinks (${file.length} of ${data.length})`);
+    }
+  });
+
+  test('an empty compressed file is the flag byte and the stream identifier, as Flink writes it', () => {
+    const { parts } = encodeFile([], true);
+    assert.deepEqual([...Buffer.concat(parts)], [1, 0xff, 6, 0, 0, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59]);
+    assert.deepEqual([...Buffer.concat(encodeFile([], false).parts)], [0]);
+  });
+
+  test('the worked example of spec §6.2 decodes as the component decodes it', () => {
+    const plain = Buffer.from([
+      0x00, 0, 0, 0, 3, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0x4d, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0xaa,
+      0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 2, 1, 2, 0, 0, 0, 1, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 2, 0xbb, 0xcc,
+    ]);
+    const logical = logicalBytes(plain);
+    for (const offset of [0, 49]) {
+      const js = decodeChangeSet(logical, offset).map((c) => [c.keyGroup, [...c.value]]);
+      const wasm = reader.decodeChangeSet(logical, BigInt(offset)).map((c) => [c.keyGroup, [...c.value]]);
+      assert.deepEqual(js, wasm);
+    }
+    assert.deepEqual(decodeChangeSet(logical, 0).map((c) => c.keyGroup), [-1, 2, 5, 5]);
+  });
+
+  test("damaged blocks fail in JS with the component's messages", () => {
+    const block = Buffer.from([0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 4, 1, 2, 3, 4]);
+    const cases = [block.subarray(0, 18), block.subarray(0, 3), Buffer.from([0x7f, 0, 0, 0]), Buffer.concat([block.subarray(0, 12), Buffer.from([0xff, 0xff, 0xff, 0xfe])])];
+    for (const damaged of cases) {
+      let wasm;
+      try {
+        reader.decodeChangeSet(damaged, 0n);
+        assert.fail('the component accepted a damaged block');
+      } catch (e) {
+        wasm = e;
+      }
+      assert.throws(() => decodeChangeSet(damaged, 0), (e) => e.message === wasm, `JS message for ${damaged.toString('hex')}`);
+    }
+    assert.throws(() => decodeChangeSet(block, 21), /offset 21 is beyond the logical length 20/);
+    assert.throws(() => logicalBytes(Buffer.from([7])), /unknown compression flag 0x07/);
+    assert.throws(() => logicalBytes(Buffer.from([1, 0xff, 6, 0, 0, 1, 2, 3, 4, 5, 6])), /corrupt snappy framed stream/);
+  });
+});
+
+describe('store', () => {
+  test('a file appears whole under its name, never overwrites, and leaves no staging file', async () => {
+    const store = await LocalStore.open(join(tempDir(), 'a', 'b'));
+    const path = await store.createParts('f', [Buffer.from('hel'), Buffer.from('lo')]);
+    assert.equal(readFileSync(path, 'utf8'), 'hello');
+    await assert.rejects(store.createParts('f', [Buffer.from('other')]), { code: 'EEXIST' });
+    assert.equal(readFileSync(path, 'utf8'), 'hello');
+    assert.deepEqual(readdirSync(store.dir), ['f']);
+    await store.delete(path);
+    await store.delete(path);
+    const outside = join(store.dir, '..', 'escape');
+    writeFileSync(outside, 'x');
+    for (const bad of [outside, '/etc/passwd', `${store.dir}/../escape`]) {
+      await assert.rejects(store.delete(bad), /is not a file of the store/);
+    }
+    assert.ok(existsSync(outside));
+  });
+});
+
+describe('configuration', () => {
+  test('keys, prefixes and Flink value syntax as the Rust host', () => {
+    const config = Config.from({
+      'state.changelog.dstl.dfs.preemptive-persist-threshold': '10 mb',
+      'dstl.dfs.batch.persist-delay': '2min',
+      'dstl.dfs.upload.timeout': '250',
+      'dstl.dfs.compression.enabled': 'TRUE',
+    });
+    assert.equal(config.preemptivePersistThreshold, 10 * 2 ** 20);
+    assert.equal(config.persistDelayMs, 120_000);
+    assert.equal(config.uploadTimeoutMs, 250);
+    assert.equal(config.compression, true);
+  });
+
+  test('bad keys and values are rejected naming the key and the accepted form', () => {
+    assert.throws(() => Config.from({ 'dstl.dfs.nope': '1' }), (e) => e instanceof ConfigError && e.message.includes('unknown configuration key `dstl.dfs.nope`'));
+    assert.throws(() => Config.from({ 'dstl.dfs.upload.timeout': 'soon' }), { message: 'invalid value `soon` for `dstl.dfs.upload.timeout`: expected a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)' });
+    assert.throws(() => Config.from({ 'dstl.job-id': 'XYZ' }), /32 lowercase hexadecimal characters/);
+    assert.throws(() => Config.from({ 'dstl.s3.endpoint': 'http://x' }), /not supported by the Node host/);
+    assert.throws(() => Config.from({ 'dstl.writer.memory-limit': '1mb' }), /from 2mb to 4gb/);
+    const config = Config.from({ 'dstl.dfs.batch.persist-size-threshold': '200mb' });
+    assert.throws(() => config.validate(), /not above dstl.dfs.upload.max-in-flight/);
+  });
+});
+
+describe('the JS API', () => {
+  test('bad arguments are typed errors naming the value, never a silent empty value', async () => {
+    const storage = await open();
+    const w = storage.createWriter('op', RANGE);
+    assert.throws(() => w.append(1, 'a string'), (e) => e instanceof InvalidArgumentError && e.message === 'value must be a Uint8Array (or Buffer), got the string "a string"');
+    assert.throws(() => w.append('1', Buffer.from('x')), /key group must be a 32-bit integer, got the string "1"/);
+    assert.throws(() => w.append(1.5, Buffer.from('x')), /key group must be a 32-bit integer, got number 1.5/);
+    assert.throws(() => w.appendMeta([1, 2]), /value must be a Uint8Array/);
+    assert.throws(() => w.persist(-1, 1), /from must be an unsigned 64-bit integer/);
+    assert.throws(() => w.persist(2 ** 60, 1), /from must be an unsigned 64-bit integer/);
+    assert.throws(() => w.truncate(1n << 64n), /to must be an unsigned 64-bit integer/);
+    assert.throws(() => w.confirm(0n, 0n, 1n << 63n), /checkpoint must be a signed 64-bit integer/);
+    assert.throws(() => w.appendBatch([1], [1.5], Buffer.from('x')), /length \[0\] must be an unsigned 32-bit integer/);
+    assert.throws(() => storage.createWriter('op', { start: '0', end: 5 }), /invalid key-group range/);
+    assert.throws(() => storage.createWriter('op', RANGE, { memoryLimit: 2 ** 40 }), /exceeds the storage's dstl.writer.memory-limit/);
+    // Numbers and BigInts both work; sequence numbers come back as BigInts.
+    w.append(1, Buffer.from('x'));
+    assert.equal(w.nextSequenceNumber(), 1n);
+    const snapshot = await w.persist(0, 1);
+    assert.equal(snapshot.remote.stateSize, 1n);
+    w.confirm(0, 1n, 1);
+    w.close();
+    await storage.close();
+  });
+
+  test('an unobserved persist that fails never crashes the process', async () => {
+    const storage = await open({ 'dstl.dfs.batch.persist-delay': '1h' });
+    const w = storage.createWriter('op', RANGE);
+    w.append(1, Buffer.from('x'));
+    w.persist(0, 1); // never awaited
+    w.close(); // rejects it with `closed`
+    await storage.close();
+    await new Promise((r) => setTimeout(r, 20));
+  });
+
+  test('dispose drops the sandbox: pending persists reject, later calls fail with closed, late uploads are released', async () => {
+    const storage = await open();
+    const w = storage.createWriter('op', RANGE);
+    w.append(1, Buffer.from('x'));
+    const pending = w.persist(0, 1);
+    w.dispose();
+    await assert.rejects(pending, (e) => e instanceof WriterError && e.kind === 'closed' && e.message.includes('dropped before the persist completed'));
+    assert.throws(() => w.append(1, Buffer.from('y')), (e) => e.kind === 'closed');
+    await storage.idle();
+    assert.deepEqual(readdirSync(storage.config.jobDir()), []);
+    assert.equal(storage.taskRegistry.tracked(), 0);
+    await storage.close();
+  });
+
+  test('upload outcomes are delivered after the call that scheduled them returns', async () => {
+    const storage = await open({ 'dstl.dfs.batch.persist-delay': '0', 'dstl.dfs.preemptive-persist-threshold': '10b' });
+    const w = storage.createWriter('op', RANGE);
+    let settled = false;
+    const p = w.persist(0, 1);
+    p.then(() => (settled = true));
+    w.append(1, Buffer.alloc(20)); // pre-emptive persist: schedules inside the guest call
+    assert.equal(settled, false);
+    w.append(1, Buffer.alloc(20));
+    const snapshot = await w.persist(0, 2);
+    assert.equal(snapshot.remote.entries.length, 2);
+    w.close();
+    await storage.close();
+  });
+});
+
+describe('in-flight limit', () => {
+  test('availability goes off while bytes in flight reach the limit, and back on when they land', async () => {
+    let release;
+    const gate = new Promise((r) => (release = r));
+    const dir = tempDir();
+    const config = Config.from({ 'dstl.dfs.base-path': dir, 'dstl.dfs.upload.max-in-flight': '1kb', 'dstl.dfs.batch.persist-size-threshold': '1kb', 'dstl.dfs.batch.persist-delay': '0', 'dstl.dfs.upload.timeout': '0' });
+    const inner = await LocalStore.open(config.jobDir());
+    const store = Object.assign(Object.create(inner), {
+      createParts: async (name, parts) => {
+        await gate;
+        return inner.createParts(name, parts);
+      },
+    });
+    const storage = await ChangelogStorage.open(config, { store, logger: () => {} });
+    const w = storage.createWriter('op', RANGE);
+    assert.equal(storage.isAvailable(), true);
+    w.append(1, Buffer.alloc(2000));
+    const p = w.persist(0, 1);
+    assert.equal(storage.isAvailable(), false, 'an upload of 2000 bytes is in flight');
+    let admitted = false;
+    const admission = storage.available().then(() => (admitted = true));
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(admitted, false);
+    release();
+    await p;
+    await admission;
+    assert.equal(storage.isAvailable(), true);
+    assert.equal(storage.metrics().bytes_in_flight, 0);
+    w.close();
+    await storage.close();
+  });
+});
+
+describe('sandboxes', () => {
+  test('the memory cap is part of the compiled module', () => {
+    // (module (memory 1)) and (module (memory 1 100)), capped at 3 pages.
+    const head = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+    const capped = capMemory(Uint8Array.from([...head, 5, 3, 1, 0x00, 1]), 3);
+    assert.deepEqual([...capped.subarray(8)], [5, 4, 1, 0x01, 1, 3]);
+    const lower = capMemory(Uint8Array.from([...head, 5, 4, 1, 0x01, 1, 2]), 3);
+    assert.deepEqual([...lower.subarray(8)], [5, 4, 1, 0x01, 1, 2]);
+    const memory = new WebAssembly.Instance(new WebAssembly.Module(Uint8Array.from([...head, 5, 3, 1, 0, 1, 7, 5, 1, 1, 0x6d, 2, 0]))).exports;
+    assert.ok(memory);
+    assert.throws(() => capMemory(Uint8Array.from([...head, 5, 3, 1, 0x00, 9]), 3), /above the memory limit/);
+  });
+
+  test('a trap names the writer, keeps its cause, and the next writers start in well under 15 ms each', async () => {
+    const storage = await open();
+    const doomed = storage.createWriter('doomed', RANGE, { memoryLimit: 2 << 20 });
+    assert.throws(() => doomed.append(2, new Uint8Array(4 << 20)), (e) => e instanceof TrappedError && e.writer === 'doomed' && /memory/.test(e.detail));
+    assert.match(doomed.failure, /memory/);
+    const started = performance.now();
+    const writers = [];
+    for (let i = 0; i < 20; i++) writers.push(storage.createWriter(`op-${i}`, RANGE));
+    const perWriter = (performance.now() - started) / 20;
+    assert.ok(perWriter < 15, `a new writer took ${perWriter.toFixed(2)} ms (about 30 ms without the patch of jco's WebAssembly.promising probes)`);
+    for (const w of writers) w.close();
+    await storage.close();
+  });
+
+  test('jco output is patched: no env read per call, no WebAssembly.promising probe per instance', async () => {
+    const component = await loadComponent();
+    const code = readFileSync(join(component.dir, 'dstl_guest.js'), 'utf8');
+    assert.ok(!code.includes('globalThis?.process?.env?.JCO_DEBUG) { return; }'));
+    assert.ok(!code.includes('WebAssembly.promising(exports'));
+    assert.ok(code.includes('_dstlPromising('));
+  });
+});
+
+describe('recovery', () => {
+  test('unreadable, replaced and damaged files are read errors naming the file and offset', async () => {
+    const storage = await open();
+    const w = storage.createWriter('op', RANGE);
+    w.append(3, Buffer.from('payload'));
+    const snapshot = await w.persist(0, 1);
+    const path = snapshot.remote.entries[0].handle.path;
+    const good = readFileSync(path);
+    assert.equal((await storage.read(snapshot.remote)).length, 1);
+    const handle = (overrides) => ({ entries: [{ ...snapshot.remote.entries[0], ...overrides }] });
+    await assert.rejects(storage.read(handle({ handle: { path: `${path}-missing`, fileSize: 19n } })), (e) => e.kind === 'read' && e.message.startsWith(`cannot read changelog file ${path}-missing`));
+    await assert.rejects(storage.read(handle({ offset: 99n })), /changelog file .* has 23 logical bytes but the handle records|offset 99 is beyond/);
+    writeFileSync(path, good.subarray(0, good.length - 2));
+    await assert.rejects(storage.read(snapshot.remote), (e) => e.kind === 'read' && e.message.includes('the file was truncated or replaced'));
+    writeFileSync(path, Buffer.concat([Buffer.from([9]), good.subarray(1)]));
+    await assert.rejects(storage.read(snapshot.remote), /corrupt changelog file .* at logical offset 0: unknown compression flag 0x09/);
+    w.close();
+    await storage.close();
+  });
+
+  test('manifests round-trip into handles; a bad manifest is a read error', async () => {
+    const { manifestFromSnapshot, storeManifest, loadManifest } = await import('../lib/index.mjs');
+    const storage = await open({ 'dstl.local-recovery.enabled': 'true' });
+    const w = storage.createWriter('op', RANGE);
+    w.append(3, Buffer.from('payload'));
+    const snapshot = await w.persist(0, 1);
+    const path = join(tempDir(), 'op.json');
+    await storeManifest(path, manifestFromSnapshot(snapshot, { writer: 'op', checkpointId: 1n }));
+    const { remote, local } = await loadManifest(path);
+    assert.deepEqual((await storage.read(remote)).map((c) => Buffer.from(c.value).toString()), ['payload']);
+    assert.deepEqual((await storage.read(local)).map((c) => Buffer.from(c.value).toString()), ['payload']);
+    writeFileSync(path, '{"entries": 7');
+    await assert.rejects(loadManifest(path), (e) => e.kind === 'read' && e.message.startsWith(`invalid manifest ${path}`));
+    w.close();
+    await storage.close();
+  });
+});
