@@ -312,7 +312,10 @@ fn run_and_read(compression: bool) -> ReadBack {
         // still persisting or not depending on timing: the manifest says which.
         let range = load_json(&manifest)["changes"].clone();
         let (first, end) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
-        assert_eq!(end, 10_000, "{name}: the last checkpoint ends with the last append");
+        assert_eq!(
+            end, 10_000,
+            "{name}: the last checkpoint ends with the last append"
+        );
         assert_eq!(changes.len() as u64, end - first, "{name}");
         let mut indexes: Vec<u64> = changes
             .iter()

@@ -514,6 +514,7 @@ impl Run {
                         ),
                         None => None,
                     },
+                    ..WriterOptions::default()
                 };
                 let writer = self.storage()?.create_writer_with(
                     name,

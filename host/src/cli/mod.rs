@@ -42,6 +42,16 @@ enum Command {
         #[command(flatten)]
         conf: ConfArgs,
     },
+    /// Read many snapshots, as a recovery does (each file read once while in use), from a
+    /// handle list in the Flink harness's format (`{"snapshots": [{"name",
+    /// "keyGroupRange", "handles": [{"path", "offset", "fileSize"}]}]}`); prints
+    /// `NAME<TAB>CHANGES<TAB>SHA256` per snapshot.
+    ReadList {
+        /// The handle list (JSON).
+        list: PathBuf,
+        #[command(flatten)]
+        conf: ConfArgs,
+    },
     /// Human-readable dump of one changelog file.
     Inspect {
         /// The file.
@@ -125,6 +135,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             local,
             conf,
         } => read::read(&manifest, digest, local, &conf),
+        Command::ReadList { list, conf } => read::read_list(&list, &conf),
         Command::Inspect { file, values } => inspect::inspect(&file, values),
         Command::Gc(args) => gc::gc(args),
         Command::Bench(args) => bench::bench(args),

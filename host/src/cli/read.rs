@@ -37,3 +37,72 @@ pub(super) fn read(path: &Path, digest: bool, local: bool, conf: &ConfArgs) -> a
     out.flush()?;
     Ok(())
 }
+
+/// `dstl read-list`: every snapshot of a handle list, through one [`dstl::Recovery`].
+pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
+    let config = conf.build(DEFAULT_DIR)?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the handle list {}", path.display()))?;
+    let list: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("invalid handle list {}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let snapshots = list["snapshots"]
+        .as_array()
+        .with_context(|| format!("{}: no `snapshots` array", path.display()))?;
+    let recovery = dstl::Recovery::new(&config);
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for (n, snapshot) in snapshots.iter().enumerate() {
+        let name = snapshot["name"].as_str().unwrap_or("").to_string();
+        let what = |field: &str| format!("{}: snapshot {n} ({name}): {field}", path.display());
+        let range = &snapshot["keyGroupRange"];
+        let key_groups = dstl::KeyGroupRange {
+            start: range[0].as_i64().unwrap_or(0) as i32,
+            end: range[1].as_i64().unwrap_or(32767) as i32,
+        };
+        let mut entries = Vec::new();
+        for handle in snapshot["handles"]
+            .as_array()
+            .with_context(|| what("no `handles` array"))?
+        {
+            let file = handle["path"]
+                .as_str()
+                .with_context(|| what("a handle without `path`"))?;
+            let file = if file.contains("://") || Path::new(file).is_absolute() {
+                file.to_string()
+            } else {
+                base.join(file).to_string_lossy().into_owned()
+            };
+            entries.push(dstl::HandleEntry {
+                handle: dstl::StreamHandle {
+                    path: file,
+                    file_size: handle["fileSize"]
+                        .as_u64()
+                        .with_context(|| what("a handle without `fileSize`"))?,
+                },
+                offset: handle["offset"]
+                    .as_u64()
+                    .with_context(|| what("a handle without `offset`"))?,
+                size: 0,
+            });
+        }
+        let handle = dstl::ChangelogHandle {
+            entries,
+            key_group_range: key_groups,
+            state_size: 0,
+            incremental_size: 0,
+            storage_id: "filesystem".into(),
+        };
+        let changes = recovery
+            .read(&handle)
+            .with_context(|| what("cannot read it"))?;
+        writeln!(
+            out,
+            "{name}\t{}\t{}",
+            changes.len(),
+            dstl::reader::digest(&changes)
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
