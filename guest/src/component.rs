@@ -173,7 +173,7 @@ impl GuestWriter for WriterResource {
         data: Vec<u8>,
     ) -> Result<u64, wit::WriterError> {
         self.with(|wr, fx| {
-            wr.append_batch(fx, &key_groups, &lengths, &data)?;
+            wr.append_batch_owned(fx, &key_groups, &lengths, data)?;
             Ok(wr.open_bytes())
         })
     }

@@ -16,6 +16,8 @@
 //! length is checked against the bytes that remain before anything is sized by it.
 
 use std::io::{Read, Write};
+use std::ops::Range;
+use std::rc::Rc;
 
 /// Key group of a metadata change.
 pub const META_KEY_GROUP: i32 = -1;
@@ -81,21 +83,75 @@ pub enum FormatError {
     },
 }
 
-/// An open change set: changes stored packed (one byte buffer and one small entry per
-/// change), so appending allocates nothing per change.
+/// An open change set. Values stay where they arrived: a packed batch handed over whole
+/// is kept as one shared segment (no copy), single values are copied into the builder's
+/// own buffer. Each change is one small entry; encoding puts the values in the format's
+/// order (metadata, then ascending key group, append order within a group) with a
+/// counting sort and copies every value once, straight into the block.
 #[derive(Debug, Default, Clone)]
 pub struct ChangeSetBuilder {
-    data: Vec<u8>,
-    entries: Vec<(i32, u32, u32)>,
+    /// Bytes of values pushed one by one.
+    own: Vec<u8>,
+    /// Shared batches values point into.
+    segments: Vec<Rc<Vec<u8>>>,
+    entries: Vec<Entry>,
+    payload: u64,
+    /// Scratch of `encode`, kept for its capacity.
+    order: Vec<u32>,
+    counts: Vec<u32>,
 }
 
+/// Where one change's value lies.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    key_group: i32,
+    /// Index into `segments`, or [`OWN`] for the builder's own buffer.
+    segment: u32,
+    start: u32,
+    len: u32,
+}
+
+/// The segment index of the builder's own buffer.
+const OWN: u32 = u32::MAX;
+
+/// Widest key-group span sorted by counting; wider ones use a comparison sort.
+const COUNTING_SORT_SPAN: i64 = 1 << 16;
+
 impl ChangeSetBuilder {
-    /// Adds a change. The caller has validated the key group and that `value.len()` fits
-    /// in an `i32`.
+    /// Adds a change, copying its value. The caller has validated the key group and
+    /// that `value.len()` fits in an `i32`.
     pub fn push(&mut self, key_group: i32, value: &[u8]) {
-        let start = self.data.len() as u32;
-        self.data.extend_from_slice(value);
-        self.entries.push((key_group, start, value.len() as u32));
+        let start = self.own.len() as u32;
+        self.own.extend_from_slice(value);
+        self.record(key_group, OWN, start, value.len() as u32);
+    }
+
+    /// Adds a change whose value is `segment[range]`, without copying it. Consecutive
+    /// pushes of the same segment share one reference.
+    pub fn push_shared(&mut self, key_group: i32, segment: &Rc<Vec<u8>>, range: Range<usize>) {
+        let index = match self.segments.last() {
+            Some(last) if Rc::ptr_eq(last, segment) => self.segments.len() - 1,
+            _ => {
+                self.segments.push(segment.clone());
+                self.segments.len() - 1
+            }
+        };
+        self.record(
+            key_group,
+            index as u32,
+            range.start as u32,
+            (range.end - range.start) as u32,
+        );
+    }
+
+    fn record(&mut self, key_group: i32, segment: u32, start: u32, len: u32) {
+        self.entries.push(Entry {
+            key_group,
+            segment,
+            start,
+            len,
+        });
+        self.payload += len as u64;
     }
 
     /// Number of changes.
@@ -110,51 +166,96 @@ impl ChangeSetBuilder {
 
     /// Payload bytes (the sum of value lengths).
     pub fn payload_size(&self) -> u64 {
-        self.data.len() as u64
+        self.payload
     }
 
     /// Encodes the change set as one block and leaves the builder empty.
     ///
     /// Groups are written metadata first, then by ascending key group; changes keep their
     /// append order within a group. Flink writes groups in `HashMap` order, which readers
-    /// must not rely on; ascending order coincides with it for the small cases the spec pins.
+    /// must not rely on; ascending order coincides with it for small cases.
     pub fn encode(&mut self) -> Vec<u8> {
-        // A stable sort keeps the append order within a key group; -1 sorts first.
-        self.entries.sort_by_key(|e| e.0);
-        let groups = count_groups(&self.entries);
-        let mut out = Vec::with_capacity(4 + groups * 8 + self.entries.len() * 4 + self.data.len());
+        self.sort();
+        let order = std::mem::take(&mut self.order);
+        let mut groups = 0usize;
+        let mut last = None;
+        for &i in &order {
+            let key_group = self.entries[i as usize].key_group;
+            if last != Some(key_group) {
+                groups += 1;
+                last = Some(key_group);
+            }
+        }
+        let n = order.len();
+        let mut out = Vec::with_capacity(4 + groups * 8 + n * 4 + self.payload as usize);
         out.extend_from_slice(&(groups as i32).to_be_bytes());
         let mut i = 0;
-        while i < self.entries.len() {
-            let key_group = self.entries[i].0;
-            let end = i + self.entries[i..]
+        while i < n {
+            let key_group = self.entries[order[i] as usize].key_group;
+            let end = i + order[i..]
                 .iter()
-                .take_while(|e| e.0 == key_group)
+                .take_while(|&&e| self.entries[e as usize].key_group == key_group)
                 .count();
             out.extend_from_slice(&((end - i) as i32).to_be_bytes());
             out.extend_from_slice(&key_group.to_be_bytes());
-            for &(_, start, len) in &self.entries[i..end] {
-                out.extend_from_slice(&(len as i32).to_be_bytes());
-                out.extend_from_slice(&self.data[start as usize..(start + len) as usize]);
+            for &e in &order[i..end] {
+                let entry = self.entries[e as usize];
+                let source = if entry.segment == OWN {
+                    &self.own[..]
+                } else {
+                    &self.segments[entry.segment as usize][..]
+                };
+                out.extend_from_slice(&(entry.len as i32).to_be_bytes());
+                out.extend_from_slice(
+                    &source[entry.start as usize..(entry.start + entry.len) as usize],
+                );
             }
             i = end;
         }
-        self.data.clear();
+        self.order = order;
+        self.order.clear();
+        self.own.clear();
+        self.segments.clear();
         self.entries.clear();
+        self.payload = 0;
         out
     }
-}
 
-fn count_groups(sorted: &[(i32, u32, u32)]) -> usize {
-    let mut groups = 0;
-    let mut last = None;
-    for e in sorted {
-        if last != Some(e.0) {
-            groups += 1;
-            last = Some(e.0);
+    /// Fills `order` with the entry indexes sorted by key group, append order kept.
+    fn sort(&mut self) {
+        self.order.clear();
+        let Some(min) = self.entries.iter().map(|e| e.key_group).min() else {
+            return;
+        };
+        let max = self
+            .entries
+            .iter()
+            .map(|e| e.key_group)
+            .max()
+            .unwrap_or(min);
+        let span = max as i64 - min as i64 + 1;
+        if span > COUNTING_SORT_SPAN {
+            self.order.extend(0..self.entries.len() as u32);
+            let entries = &self.entries;
+            self.order.sort_by_key(|&i| entries[i as usize].key_group);
+            return;
+        }
+        // Counting sort: where each key group starts, then every entry in append order.
+        self.counts.clear();
+        self.counts.resize(span as usize + 1, 0);
+        for e in &self.entries {
+            self.counts[(e.key_group as i64 - min as i64) as usize + 1] += 1;
+        }
+        for k in 1..self.counts.len() {
+            self.counts[k] += self.counts[k - 1];
+        }
+        self.order.resize(self.entries.len(), 0);
+        for (i, e) in self.entries.iter().enumerate() {
+            let slot = &mut self.counts[(e.key_group as i64 - min as i64) as usize];
+            self.order[*slot as usize] = i as u32;
+            *slot += 1;
         }
     }
-    groups
 }
 
 /// Encodes changes given as `(key group, value)` into one change-set block.
@@ -556,6 +657,35 @@ mod tests {
                 let _ = decode_change_set(&logical, offset);
             }
             let _ = decode_change_set(&bytes, offset);
+        }
+
+        /// Values handed over as shared segments, copied one by one, or both, and key
+        /// groups spread wide enough to leave the counting sort: the same block.
+        #[test]
+        fn shared_segments_encode_like_copied_values(
+            changes in proptest::collection::vec((-1i32..20, proptest::collection::vec(any::<u8>(), 0..40)), 0..60),
+            split in 0usize..60,
+            wide in any::<bool>(),
+        ) {
+            let changes: Vec<(i32, Vec<u8>)> = changes
+                .into_iter()
+                .map(|(k, v)| (if wide && k > 10 { k * 1_000_000 } else { k }, v))
+                .collect();
+            let copied = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
+            let split = split.min(changes.len());
+            let mut builder = ChangeSetBuilder::default();
+            for (k, v) in &changes[..split] {
+                builder.push(*k, v);
+            }
+            let segment = Rc::new(changes[split..].iter().flat_map(|(_, v)| v.clone()).collect::<Vec<u8>>());
+            let mut start = 0;
+            for (k, v) in &changes[split..] {
+                builder.push_shared(*k, &segment, start..start + v.len());
+                start += v.len();
+            }
+            prop_assert_eq!(builder.payload_size(), changes.iter().map(|c| c.1.len() as u64).sum::<u64>());
+            prop_assert_eq!(builder.encode(), copied);
+            prop_assert!(builder.is_empty());
         }
 
         #[test]

@@ -210,6 +210,45 @@ impl Writer {
         lengths: &[u32],
         data: &[u8],
     ) -> Result<(), WriterError> {
+        self.check_batch(key_groups, lengths, data.len())?;
+        let mut start = 0usize;
+        for (&key_group, &len) in key_groups.iter().zip(lengths) {
+            let end = start + len as usize;
+            self.push(fx, key_group, &data[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Like [`Writer::append_batch`], taking the batch's bytes over: the open change set
+    /// keeps them as they are instead of copying each value (a component receives the
+    /// batch as its own buffer).
+    pub fn append_batch_owned(
+        &mut self,
+        fx: &mut impl Effects,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data: Vec<u8>,
+    ) -> Result<(), WriterError> {
+        self.check_batch(key_groups, lengths, data.len())?;
+        let segment = std::rc::Rc::new(data);
+        let mut start = 0usize;
+        for (&key_group, &len) in key_groups.iter().zip(lengths) {
+            let end = start + len as usize;
+            self.active.push_shared(key_group, &segment, start..end);
+            self.after_push(fx)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Checks a whole packed batch before anything of it is appended.
+    fn check_batch(
+        &self,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data_len: usize,
+    ) -> Result<(), WriterError> {
         self.ensure_open("append-batch")?;
         if key_groups.len() != lengths.len() {
             return Err(WriterError::InvalidArgument(format!(
@@ -219,10 +258,9 @@ impl Writer {
             )));
         }
         let total: u64 = lengths.iter().map(|&l| l as u64).sum();
-        if total != data.len() as u64 {
+        if total != data_len as u64 {
             return Err(WriterError::InvalidArgument(format!(
-                "packed batch lengths add up to {total} bytes but data holds {}",
-                data.len()
+                "packed batch lengths add up to {total} bytes but data holds {data_len}"
             )));
         }
         for (&key_group, &len) in key_groups.iter().zip(lengths) {
@@ -234,12 +272,6 @@ impl Writer {
             self.check_in_range(key_group)?;
             Self::check_length(len as usize)?;
         }
-        let mut start = 0usize;
-        for (&key_group, &len) in key_groups.iter().zip(lengths) {
-            let end = start + len as usize;
-            self.push(fx, key_group, &data[start..end])?;
-            start = end;
-        }
         Ok(())
     }
 
@@ -250,6 +282,11 @@ impl Writer {
         value: &[u8],
     ) -> Result<(), WriterError> {
         self.active.push(key_group, value);
+        self.after_push(fx)
+    }
+
+    /// The pre-emptive persist, once the open change set reaches the threshold.
+    fn after_push(&mut self, fx: &mut impl Effects) -> Result<(), WriterError> {
         if self.active.payload_size() >= self.config.preemptive_persist_threshold {
             let from = self
                 .not_uploaded

@@ -96,21 +96,6 @@ pub(crate) fn to_wit_config(c: &domain::WriterConfig) -> wit::WriterConfig {
     }
 }
 
-pub(crate) fn from_wit_task(task: wit::UploadTask) -> domain::UploadTask {
-    domain::UploadTask {
-        id: task.id,
-        change_sets: task
-            .change_sets
-            .into_iter()
-            .map(|c| domain::ChangeSetBlock {
-                sequence_number: c.sequence_number,
-                size: c.size,
-                block: c.block,
-            })
-            .collect(),
-    }
-}
-
 pub(crate) fn from_wit_completions(
     list: Vec<wit::PersistCompletion>,
 ) -> Vec<domain::PersistCompletion> {

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config as WasmConfig, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{Changelog, ChangelogPre};
+use super::bindings::ChangelogPre;
 use super::cache::load_component;
 use super::context::WriterCtx;
 
@@ -63,7 +63,7 @@ impl Runtime {
         let component = load_component(&engine)?;
         let mut linker: Linker<WriterCtx> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        Changelog::add_to_linker::<_, HasSelf<_>>(&mut linker, |ctx| ctx)?;
+        super::imports::add_to_linker(&mut linker)?;
         let pre = ChangelogPre::new(linker.instantiate_pre(&component)?)?;
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {

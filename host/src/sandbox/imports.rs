@@ -2,23 +2,80 @@
 //! and logging. The guest is not trusted: a call naming a file the writer does not hold is
 //! a [`GuestFault`], which traps the writer.
 
-use super::bindings::dstl::changelog::{local_registry, logging, registry, uploader};
-use super::bindings::{from_wit_task, wit};
+use dstl_proto::types::{ChangeSetBlock, UploadTask};
+use wasmtime::StoreContextMut;
+use wasmtime::component::{ComponentType, HasSelf, Lift, Linker, WasmList};
+
+use super::bindings::dstl::changelog::{local_registry, logging, registry};
+use super::bindings::wit;
 use super::context::{GuestFault, WriterCtx};
 
 impl wit::Host for WriterCtx {}
 
-impl uploader::Host for WriterCtx {
-    fn schedule(&mut self, task: wit::UploadTask) -> wasmtime::Result<Result<(), String>> {
-        // Blocks while the in-flight limit is reached: that uses no CPU, so it does not
-        // count against the call's deadline.
-        let result =
-            self.services
-                .scheduler
-                .submit(self.sink.clone(), self.id, from_wit_task(task));
-        // The WIT boundary: the guest gets the reason as text.
-        Ok(result.map_err(|e| e.to_string()))
+/// `uploader.schedule`'s task as it lies in the guest's memory: its blocks are read in
+/// place and copied once, into recycled buffers (see `upload::buffers`), instead of being
+/// lifted into fresh allocations.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct GuestTask {
+    id: u64,
+    #[component(name = "change-sets")]
+    change_sets: WasmList<GuestBlock>,
+}
+
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct GuestBlock {
+    #[component(name = "sequence-number")]
+    sequence_number: u64,
+    size: u64,
+    block: WasmList<u8>,
+}
+
+/// Adds every import of the world to `linker`: `uploader.schedule` by hand (above), the
+/// others through the generated bindings.
+pub(crate) fn add_to_linker(linker: &mut Linker<WriterCtx>) -> wasmtime::Result<()> {
+    wit::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
+    registry::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
+    local_registry::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
+    logging::add_to_linker::<_, HasSelf<_>>(linker, |ctx| ctx)?;
+    linker
+        .instance("dstl:changelog/uploader@0.1.0")?
+        .func_wrap("schedule", schedule)
+}
+
+fn schedule(
+    mut store: StoreContextMut<'_, WriterCtx>,
+    (task,): (GuestTask,),
+) -> wasmtime::Result<(Result<(), String>,)> {
+    let mut change_sets = Vec::with_capacity(task.change_sets.len());
+    for i in 0..task.change_sets.len() {
+        let block = task
+            .change_sets
+            .get(&mut store, i)
+            .expect("index within the list")?;
+        let bytes = block.block.as_le_slice(&store);
+        let mut copy = store.data().services.scheduler.blocks.take(bytes.len());
+        copy.extend_from_slice(bytes);
+        change_sets.push(ChangeSetBlock {
+            sequence_number: block.sequence_number,
+            size: block.size,
+            block: copy,
+        });
     }
+    let ctx = store.data_mut();
+    // Blocks while the in-flight limit is reached: that uses no CPU, so it does not count
+    // against the call's deadline.
+    let result = ctx.services.scheduler.submit(
+        ctx.sink.clone(),
+        ctx.id,
+        UploadTask {
+            id: task.id,
+            change_sets,
+        },
+    );
+    // The WIT boundary: the guest gets the reason as text.
+    Ok((result.map_err(|e| e.to_string()),))
 }
 
 impl registry::Host for WriterCtx {

@@ -5,6 +5,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod batcher;
+pub(crate) mod buffers;
 pub(crate) mod retry;
 pub(crate) mod scheduler;
 pub(crate) mod throttle;

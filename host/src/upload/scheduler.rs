@@ -16,6 +16,7 @@ use dstl_proto::types::UploadTask;
 use tokio::sync::{Notify, Semaphore};
 
 use super::batcher::Batcher;
+use super::buffers::BlockPool;
 use super::retry::{self, RetryPolicy};
 use super::throttle::Throttle;
 use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
@@ -60,6 +61,8 @@ pub(crate) struct Scheduler {
     /// Wakes the timer task when a batch gets a deadline or the queue closes.
     timer: Arc<Notify>,
     pub throttle: Throttle,
+    /// Buffers for the blocks of upload tasks, recycled when their upload ends.
+    pub blocks: BlockPool,
     uploader: Arc<Uploader>,
     registries: Registries,
     permits: Arc<Semaphore>,
@@ -89,6 +92,9 @@ impl Scheduler {
             }),
             timer: Arc::new(Notify::new()),
             throttle: Throttle::new(settings.max_in_flight),
+            // Enough spare buffers for a few batches' blocks, never more than the
+            // in-flight limit lets exist at once.
+            blocks: BlockPool::new((settings.size_threshold.max(16 << 20) as usize).min(64 << 20)),
             uploader,
             registries,
             permits: Arc::new(Semaphore::new(settings.threads)),
@@ -208,11 +214,20 @@ impl Scheduler {
                 job,
             )
             .await;
+            let recycle = |tasks: Arc<Vec<UploadTask>>| {
+                // Attempts that lost a race may still hold the tasks; then they are freed.
+                if let Ok(tasks) = Arc::try_unwrap(tasks) {
+                    for block in tasks.into_iter().flat_map(|t| t.change_sets) {
+                        this.blocks.put(block.block);
+                    }
+                }
+            };
             let Some(recipients) = this.running.lock().unwrap().remove(&number) else {
                 // Abandoned at close: the persists failed already, so the file is nobody's.
                 if let Ok(success) = outcome {
                     this.uploader.discard(success.result);
                 }
+                recycle(tasks);
                 return;
             };
             let outcomes: Vec<UploadOutcome> = match outcome {
@@ -259,6 +274,7 @@ impl Scheduler {
                         .collect()
                 }
             };
+            recycle(tasks);
             // Delivery calls into writers' sandboxes: keep it off the async workers.
             let delivered = tokio::task::spawn_blocking(move || {
                 for (recipient, outcome) in recipients.into_iter().zip(outcomes) {

@@ -89,7 +89,8 @@ pub struct Summary {
     pub persist_p50_ms: f64,
     /// 99th percentile persist latency.
     pub persist_p99_ms: f64,
-    /// Peak resident set size of the process.
+    /// Peak resident set size of the process while the workload ran (verification,
+    /// which reads the last checkpoints back, comes after).
     pub peak_rss_mb: f64,
     /// Whether every writer's last checkpoint read back exactly.
     pub verified: bool,
@@ -149,6 +150,8 @@ pub fn run(
     });
     storage.wait_idle();
     let wall = started.elapsed();
+    // The workload's memory, before verification reads the last checkpoints back.
+    let peak_rss_mb = peak_rss_mb();
     let mut latencies = Vec::new();
     let mut checkpoints = 0;
     let mut verified = true;
@@ -183,7 +186,7 @@ pub fn run(
         payload_mb_per_s: payload_bytes as f64 / 1e6 / wall.as_secs_f64(),
         persist_p50_ms: percentile(0.50),
         persist_p99_ms: percentile(0.99),
-        peak_rss_mb: peak_rss_mb(),
+        peak_rss_mb,
         verified,
         dir: storage.config().job_dir().display().to_string(),
         metrics,

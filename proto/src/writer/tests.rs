@@ -2069,3 +2069,41 @@ fn a_completing_persist_registers_only_the_local_copies_still_held() {
         "only the copy of change set 1, which the writer still holds"
     );
 }
+
+/// A batch taken over whole behaves exactly like the same batch copied: the same
+/// pre-emptive persists at the same changes, the same blocks.
+#[test]
+fn an_owned_batch_is_appended_like_a_copied_one() {
+    let key_groups: Vec<i32> = (0..40).map(|i| (i * 7) % 5).collect();
+    let lengths: Vec<u32> = (0..40).map(|i| (i % 9) as u32).collect();
+    let data: Vec<u8> = (0..lengths.iter().sum::<u32>()).map(|i| i as u8).collect();
+    let run = |owned: bool| {
+        let mut w = writer(30);
+        let mut fx = Fake::default();
+        if owned {
+            w.append_batch_owned(&mut fx, &key_groups, &lengths, data.clone())
+                .unwrap();
+        } else {
+            w.append_batch(&mut fx, &key_groups, &lengths, &data)
+                .unwrap();
+        }
+        w.append(&mut fx, KG, b"tail").unwrap();
+        pending(w.persist(&mut fx, 0, 1));
+        (fx.scheduled_sqns(), fx.scheduled.clone(), w.open_bytes())
+    };
+    let (copied, owned) = (run(false), run(true));
+    assert!(
+        copied.0.len() > 2,
+        "pre-emptive persists happened: {:?}",
+        copied.0
+    );
+    assert_eq!(owned, copied);
+    // A malformed owned batch is refused whole, as a copied one.
+    let mut w = writer(30);
+    let mut fx = Fake::default();
+    assert!(matches!(
+        w.append_batch_owned(&mut fx, &[0, 1], &[1], vec![1]),
+        Err(WriterError::InvalidArgument(_))
+    ));
+    assert_eq!(w.open_bytes(), 0);
+}
