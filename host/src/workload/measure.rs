@@ -29,8 +29,14 @@ pub fn current_rss_mb() -> f64 {
 }
 
 /// Sequential write speed of the disk under `dir`: `bytes` written with plain 1 MiB
-/// writes and one fsync, in MB/s. The baseline the benchmarks compare against.
-pub fn disk_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Result<f64> {
+/// writes, then one fsync if `fsync`, in MB/s. The baselines the benchmarks compare
+/// against: buffered (the page cache) for `dstl.dfs.local.fsync=false`, fsync'd for the
+/// durable default.
+pub fn disk_baseline_mb_per_s(
+    dir: &std::path::Path,
+    bytes: u64,
+    fsync: bool,
+) -> anyhow::Result<f64> {
     use std::io::Write;
     let path = dir.join(format!("baseline-{}", uuid::Uuid::new_v4()));
     let chunk = vec![0x5au8; 1 << 20];
@@ -44,7 +50,9 @@ pub fn disk_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Resu
             file.write_all(&chunk[..n])?;
             left -= n as u64;
         }
-        file.sync_all()?;
+        if fsync {
+            file.sync_all()?;
+        }
     }
     let elapsed = started.elapsed();
     std::fs::remove_file(&path)?;
