@@ -4,8 +4,10 @@
 //! ([`RandomFaults`]) — whose deletions can be held back, and which records every file it
 //! wrote (optionally with the change sets each holds, see [`FaultOptions::indexer`]).
 //!
-//! The scheduler tests plan their faults one by one; the seeded simulation draws them at
-//! random and indexes every file. Both use this one type.
+//! The scheduler tests and the shared scenarios plan their faults one by one; the seeded
+//! simulation draws them at random and indexes every file. All use this one type. With
+//! nothing planned or drawn it behaves exactly as the [`LocalStore`] it wraps (the store
+//! conformance suite checks that).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -170,9 +172,16 @@ impl FaultStore {
         self.plan.lock().unwrap().extend(faults);
     }
 
-    /// Releases every create waiting in a [`Fault::Hang`], and all later ones.
+    /// Releases every create waiting in a [`Fault::Hang`], and all later ones until
+    /// [`FaultStore::close_gate`].
     pub fn open_gate(&self) {
         self.gate.set(true);
+    }
+
+    /// Closes the gate again (it starts closed): creates that take a [`Fault::Hang`] wait
+    /// until [`FaultStore::open_gate`].
+    pub fn close_gate(&self) {
+        self.gate.set(false);
     }
 
     /// While broken, every create fails (before any planned fault is taken).

@@ -8,11 +8,12 @@ use std::path::Path;
 
 use dstl::codec::{ChangeSetReader, FormatError};
 use dstl::reader::{self, ReadError};
-use dstl::{Change, ChangelogHandle, ChangelogStorage, ComponentDecoder, Config};
-use dstl_tests::{
+use dstl::{Change, ChangelogHandle, ChangelogStorage, ComponentDecoder};
+use dstl_tests::golden::{
     ExpectedFormat, GoldenSet, GoldenSnapshot, canonical, copy_set, golden_digest,
     parse_handles_file, sha256_hex,
 };
+use dstl_tests::harness::open;
 
 fn lines(format: ExpectedFormat, changes: &[Change]) -> Vec<String> {
     changes
@@ -24,12 +25,7 @@ fn lines(format: ExpectedFormat, changes: &[Change]) -> Vec<String> {
 /// A storage on a fresh directory, for its component decoder.
 fn decoder() -> (tempfile::TempDir, ChangelogStorage, ComponentDecoder) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut c = Config {
-        base_path: tmp.path().into(),
-        ..Config::default()
-    };
-    c.set("dstl.writer.max-writers", "4").unwrap();
-    let storage = ChangelogStorage::open(c).expect("storage opens");
+    let storage = open(tmp.path(), &["dstl.writer.max-writers=4"]);
     let decoder = storage
         .component_decoder()
         .expect("component decoder instantiates");
@@ -174,7 +170,7 @@ fn golden_snapshots_hold_what_was_appended() {
             {
                 got.entry(change.key_group)
                     .or_default()
-                    .push(dstl_tests::hex(&change.value));
+                    .push(dstl_tests::golden::hex(&change.value));
             }
             assert_eq!(got, want, "{} {}", set.name, snapshot.name);
         }
@@ -498,7 +494,7 @@ fn damaged_snappy_files_give_typed_errors() {
 #[test]
 fn every_byte_flip_and_truncation_is_contained() {
     let (_tmp, _storage, mut decoder) = decoder();
-    for name in dstl_tests::GOLDEN_SETS {
+    for name in dstl_tests::golden::GOLDEN_SETS {
         let tmp = tempfile::tempdir().unwrap();
         let set = copy_set(&GoldenSet::load(name), tmp.path());
         let snap = set.snapshots.last().unwrap();

@@ -10,7 +10,9 @@ use dstl::{
     ChangelogHandle, ChangelogStorage, Config, ConfigError, Error, HandleEntry, KeyGroupRange,
     LocationError, ReadError, StreamHandle, Writer, WriterError, WriterOptions,
 };
+use dstl_tests::harness::{changes, files, writer_error_for};
 
+/// A narrow range, so that key groups just outside it are easy to name.
 const RANGE: KeyGroupRange = KeyGroupRange { start: 10, end: 20 };
 
 /// A packed batch: what it is, key groups, lengths, data.
@@ -18,46 +20,31 @@ type BatchCase = (&'static str, Vec<i32>, Vec<u32>, Vec<u8>);
 /// Handle entries: path, logical file size, offset.
 type Entries = Vec<(String, u64, u64)>;
 
+/// A storage over `dir` (the harness's) with a 64 MiB sandbox per writer and no batching
+/// delay, then `conf`.
 fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
-    config
-        .apply_pairs(
-            [
-                "dstl.writer.max-writers=8",
-                "dstl.writer.memory-limit=64mb",
-                "dstl.dfs.batch.persist-delay=0",
-            ]
-            .into_iter()
-            .chain(conf.iter().copied()),
-        )
-        .unwrap();
-    ChangelogStorage::open(config).unwrap()
+    let defaults = [
+        "dstl.writer.memory-limit=64mb",
+        "dstl.dfs.batch.persist-delay=0",
+    ];
+    dstl_tests::harness::open(dir, &[&defaults[..], conf].concat())
 }
 
-/// Every entry of the store's directory (staging files included).
+/// Every entry of the store's directory (staging files included), once idle; the
+/// directory must exist.
 fn store_entries(storage: &ChangelogStorage) -> Vec<PathBuf> {
     storage.wait_idle();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(storage.config().job_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    entries
-}
-
-/// The writer error inside `result`, or a failure naming what came instead.
-fn writer_error<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) -> WriterError {
-    match result {
-        Err(Error::Writer { source, .. }) => source,
-        other => panic!("{what}: expected a typed writer error, got {other:?}"),
-    }
+    let dir = storage.config().job_dir();
+    assert!(
+        dir.is_dir(),
+        "the store's directory {} is gone",
+        dir.display()
+    );
+    files(&dir)
 }
 
 fn assert_invalid_argument<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) {
-    let e = writer_error(result, what);
+    let e = writer_error_for(what, result);
     assert!(
         matches!(e, WriterError::InvalidArgument(_)),
         "{what}: expected InvalidArgument, got {e:?}"
@@ -71,13 +58,10 @@ fn still_works(storage: &ChangelogStorage, writer: &Writer, checkpoint: i64) {
     let from = writer.next_sequence_number().unwrap();
     writer.append(RANGE.start, b"still works").unwrap();
     let snapshot = writer.persist(from, checkpoint).unwrap().wait().unwrap();
-    let changes: Vec<(i32, Vec<u8>)> = storage
-        .read(&snapshot.remote)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.key_group, c.value))
-        .collect();
-    assert_eq!(changes, vec![(RANGE.start, b"still works".to_vec())]);
+    assert_eq!(
+        changes(storage, &snapshot.remote),
+        vec![(RANGE.start, b"still works".to_vec())]
+    );
     assert_eq!(writer.failure(), None, "{} trapped", writer.name());
 }
 
@@ -167,15 +151,10 @@ fn malformed_packed_batches_are_rejected_whole() {
     w.append_batch(&[-1, RANGE.end, RANGE.start], &[0, 3, 0], b"abc")
         .unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    let mut changes: Vec<(i32, Vec<u8>)> = storage
-        .read(&snapshot.remote)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.key_group, c.value))
-        .collect();
-    changes.sort();
+    let mut read = changes(&storage, &snapshot.remote);
+    read.sort();
     assert_eq!(
-        changes,
+        read,
         vec![
             (-1, vec![]),
             (RANGE.start, vec![]),
@@ -200,7 +179,7 @@ fn single_appends_with_bad_key_groups_are_rejected() {
         i32::MAX,
         0,
     ] {
-        let e = writer_error(w.append(key_group, b"x"), "append");
+        let e = writer_error_for("append", w.append(key_group, b"x"));
         let WriterError::InvalidArgument(message) = &e else {
             panic!("append to key group {key_group}: {e:?}")
         };
@@ -228,15 +207,10 @@ fn a_writer_over_the_whole_key_group_domain_accepts_its_ends() {
     w.append_meta(b"meta").unwrap();
     assert_invalid_argument(w.append(-1, b"x"), "append -1");
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    let mut changes: Vec<(i32, Vec<u8>)> = storage
-        .read(&snapshot.remote)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.key_group, c.value))
-        .collect();
-    changes.sort();
+    let mut read = changes(&storage, &snapshot.remote);
+    read.sort();
     assert_eq!(
-        changes,
+        read,
         vec![
             (-1, b"meta".to_vec()),
             (0, b"first".to_vec()),
@@ -258,7 +232,7 @@ fn sequence_numbers_out_of_range_are_typed_errors() {
     let before = store_entries(&storage);
 
     for from in [active + 1, 1 << 40, u64::MAX - 1, u64::MAX] {
-        let e = writer_error(w.persist(from, 1), "persist beyond active");
+        let e = writer_error_for("persist beyond active", w.persist(from, 1));
         assert!(
             matches!(&e, WriterError::NotYetAppended(m) if m.contains(&from.to_string())),
             "persist({from}): {e:?}"
@@ -273,14 +247,14 @@ fn sequence_numbers_out_of_range_are_typed_errors() {
         (active + 1, active + 1),
         (u64::MAX, u64::MAX),
     ] {
-        let e = writer_error(w.confirm(from, to, 1), "confirm");
+        let e = writer_error_for("confirm", w.confirm(from, to, 1));
         assert!(
             matches!(&e, WriterError::InvalidRange(m) if m.contains(&format!("[{from},{to})"))),
             "confirm({from}, {to}): {e:?}"
         );
     }
     for to in [active + 1, u64::MAX] {
-        let e = writer_error(w.truncate(to), "truncate beyond active");
+        let e = writer_error_for("truncate beyond active", w.truncate(to));
         assert!(
             matches!(&e, WriterError::InvalidArgument(m) if m.contains(&to.to_string())),
             "truncate({to}): {e:?}"
@@ -297,13 +271,13 @@ fn sequence_numbers_out_of_range_are_typed_errors() {
     assert_eq!(snapshot.remote.entries.len(), 1);
     w.confirm(0, active, i64::MAX).unwrap();
     w.truncate(active).unwrap();
-    let e = writer_error(w.persist(0, 3), "persist of truncated");
+    let e = writer_error_for("persist of truncated", w.persist(0, 3));
     assert!(matches!(e, WriterError::Truncated(_)), "{e:?}");
     // Truncating backwards, or to where it already is, is a no-op.
     w.truncate(0).unwrap();
     w.truncate(active).unwrap();
     assert!(matches!(
-        writer_error(w.persist(0, 3), "persist of truncated"),
+        writer_error_for("persist of truncated", w.persist(0, 3)),
         WriterError::Truncated(_)
     ));
     still_works(&storage, &w, 4);
@@ -329,7 +303,7 @@ fn closing_at_extreme_sequence_numbers_is_safe() {
             w.truncate_and_close(0),
             w.close(),
         ] {
-            let e = writer_error(result, "call after close");
+            let e = writer_error_for("call after close", result);
             assert!(matches!(e, WriterError::Closed(_)), "{e:?}");
         }
         // The coordinator's confirm and abort still work (they discard local copies).
@@ -374,10 +348,7 @@ fn writer_names_with_control_characters_are_rejected() {
         }
     }
     // Names are never used in paths: slashes and dots are just characters.
-    let before: Vec<PathBuf> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let before = files(tmp.path());
     let max = "y".repeat(256);
     for odd in [
         "..",
@@ -395,10 +366,7 @@ fn writer_names_with_control_characters_are_rejected() {
         still_works(&storage, &w, 1);
         w.close().unwrap();
     }
-    let after: Vec<PathBuf> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let after = files(tmp.path());
     assert_eq!(before, after, "writer names create nothing on disk");
     for dir in store_entries(&storage) {
         assert!(dir.is_file(), "only changelog files in the store: {dir:?}");

@@ -3,58 +3,21 @@
 //! registry deletes copies as checkpoints are confirmed or aborted — without Flink's holes
 //! (ARCHITECTURE.md, F5, F6, F7, F14).
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use dstl::{ChangelogStorage, Config, KeyGroupRange, SnapshotResult, Writer};
+use dstl::ChangelogStorage;
+use dstl_tests::harness::{RANGE, files, local_paths, persist, remote_paths};
 
-const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
-
+/// A storage over `dir` (the harness's) with local recovery on, then `conf`.
 fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
-    config
-        .apply_pairs([
-            "dstl.writer.max-writers=8",
-            "dstl.local-recovery.enabled=true",
-        ])
-        .unwrap();
-    config.apply_pairs(conf.iter().copied()).unwrap();
-    ChangelogStorage::open(config).unwrap()
+    dstl_tests::harness::open(
+        dir,
+        &[&["dstl.local-recovery.enabled=true"][..], conf].concat(),
+    )
 }
 
-fn local_files(snapshot: &SnapshotResult) -> Vec<PathBuf> {
-    let local = snapshot
-        .local
-        .as_ref()
-        .expect("snapshot has a local handle");
-    local
-        .entries
-        .iter()
-        .map(|e| PathBuf::from(&e.handle.path))
-        .collect()
-}
-
-fn remote_files(snapshot: &SnapshotResult) -> Vec<PathBuf> {
-    snapshot
-        .remote
-        .entries
-        .iter()
-        .map(|e| PathBuf::from(&e.handle.path))
-        .collect()
-}
-
-fn persist(w: &Writer, from: u64, cp: i64) -> (SnapshotResult, u64) {
-    let to = w.next_sequence_number().unwrap();
-    (w.persist(from, cp).unwrap().wait().unwrap(), to)
-}
-
-fn dir_files(dir: &Path) -> HashSet<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default()
+fn exists(path: impl AsRef<Path>) -> bool {
+    path.as_ref().exists()
 }
 
 #[test]
@@ -67,15 +30,15 @@ fn local_copies_mirror_the_remote_files() {
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(4, b"local").unwrap();
     let (snapshot, _) = persist(&w, 0, 1);
-    let local = local_files(&snapshot);
-    let remote = remote_files(&snapshot);
+    let local = local_paths(&snapshot);
+    let remote = remote_paths(&snapshot);
     assert_eq!(
-        local[0].file_name(),
-        remote[0].file_name(),
+        Path::new(&local[0]).file_name(),
+        Path::new(&remote[0]).file_name(),
         "same file name"
     );
     assert!(
-        local[0].starts_with(
+        Path::new(&local[0]).starts_with(
             tmp.path()
                 .join("local/jid_000000000000002a466c696e6b416e63/taskowned")
         )
@@ -105,21 +68,17 @@ fn confirming_a_later_checkpoint_discards_older_local_copies() {
     let (cp2, to2) = persist(&w, 0, 2);
     w.confirm(0, to2, 2).unwrap();
     storage.wait_idle();
-    let cp2_local = local_files(&cp2);
-    assert!(cp2_local.iter().all(|f| f.exists()));
+    let cp2_local = local_paths(&cp2);
+    assert!(cp2_local.iter().all(exists));
     let materialized = w.next_sequence_number().unwrap();
     w.append(0, &[4; 10]).unwrap();
     let (cp3, to3) = persist(&w, materialized, 3);
     w.confirm(materialized, to3, 3).unwrap();
     storage.wait_idle();
     for file in &cp2_local {
-        assert!(
-            !file.exists(),
-            "{} of cp2 should be discarded",
-            file.display()
-        );
+        assert!(!exists(file), "{file} of cp2 should be discarded");
     }
-    assert!(local_files(&cp3).iter().all(|f| f.exists()));
+    assert!(local_paths(&cp3).iter().all(exists));
     // Later snapshots of the older change sets no longer claim local copies.
     let (again, _) = persist(&w, 0, 4);
     assert!(again.local.is_none());
@@ -142,8 +101,8 @@ fn local_copies_of_a_persisted_checkpoint_survive_materialization() {
     w.truncate(to2).unwrap(); // materialization of everything cp2 held
     w.confirm(0, to3, 3).unwrap();
     storage.wait_idle();
-    for file in remote_files(&cp3).iter().chain(&local_files(&cp3)) {
-        assert!(file.exists(), "{} of cp3 was deleted", file.display());
+    for file in remote_paths(&cp3).iter().chain(&local_paths(&cp3)) {
+        assert!(exists(file), "{file} of cp3 was deleted");
     }
 }
 
@@ -162,8 +121,8 @@ fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() 
     let (cp2, to2) = persist(&w, 0, 2);
     w.reset(0, to2, 2).unwrap();
     storage.wait_idle();
-    for file in local_files(&cp2) {
-        assert!(!file.exists(), "{} of aborted cp2 survived", file.display());
+    for file in local_paths(&cp2) {
+        assert!(!exists(&file), "{file} of aborted cp2 survived");
     }
     w.append(0, b"4").unwrap();
     let (cp3, to3) = persist(&w, 0, 3);
@@ -176,7 +135,7 @@ fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() 
     let (cp4, to4) = persist(&w, to2, 4);
     w.confirm(to2, to4, 4).unwrap();
     storage.wait_idle();
-    assert!(local_files(&cp4).iter().all(|f| f.exists()));
+    assert!(local_paths(&cp4).iter().all(exists));
 }
 
 /// F5: a checkpoint that only waits on an upload started for an earlier checkpoint
@@ -191,14 +150,12 @@ fn a_checkpoint_waiting_on_an_earlier_upload_owns_its_local_copies() {
     let first = w.persist(0, 1).unwrap();
     let second = w.persist(0, 2).unwrap(); // waits on the same in-flight upload
     let (first, second) = (first.wait().unwrap(), second.wait().unwrap());
-    assert_eq!(local_files(&first), local_files(&second));
+    assert_eq!(local_paths(&first), local_paths(&second));
     w.confirm(0, to, 2).unwrap();
     storage.wait_idle();
-    assert!(local_files(&second).iter().all(|f| f.exists()));
+    assert!(local_paths(&second).iter().all(exists));
     assert_eq!(
-        storage
-            .local_registry()
-            .last_used(&local_files(&second)[0].to_string_lossy()),
+        storage.local_registry().last_used(&local_paths(&second)[0]),
         Some(2)
     );
 }
@@ -232,8 +189,8 @@ fn truncation_releases_local_copies_with_the_remote_files() {
     let (snapshot, to) = persist(&w, 0, 1); // never confirmed
     w.truncate(to).unwrap();
     storage.wait_idle();
-    assert!(remote_files(&snapshot).iter().all(|f| !f.exists()));
-    assert!(dir_files(&local_dir).is_empty());
+    assert!(remote_paths(&snapshot).iter().all(|f| !exists(f)));
+    assert!(files(&local_dir).is_empty());
 }
 
 /// Local copies are owned per writer: a file holding change sets of two writers stays
@@ -251,20 +208,20 @@ fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
     let b_to = b.next_sequence_number().unwrap();
     let (pa, pb) = (a.persist(0, 1).unwrap(), b.persist(0, 1).unwrap());
     let (a1, b1) = (pa.wait().unwrap(), pb.wait().unwrap());
-    assert_eq!(local_files(&a1), local_files(&b1), "one batch, one file");
+    assert_eq!(local_paths(&a1), local_paths(&b1), "one batch, one file");
     a.confirm(0, a_to, 1).unwrap();
     b.confirm(0, b_to, 1).unwrap();
-    let shared = local_files(&b1)[0].clone();
+    let shared = local_paths(&b1)[0].clone();
     // A checkpoints again and confirms: its claim on the shared copy ends.
     a.append(0, b"a2").unwrap();
     let (_, a2_to) = persist(&a, a_to, 2);
     a.confirm(a_to, a2_to, 2).unwrap();
     storage.wait_idle();
     assert!(
-        shared.exists(),
+        exists(&shared),
         "b's confirmed checkpoint 1 still needs its local copy"
     );
-    let path = shared.to_string_lossy().into_owned();
+    let path = shared.clone();
     assert_eq!(storage.local_registry().owners(&path), vec![b.id()]);
     let local = b1.local.clone().unwrap();
     assert_eq!(storage.read(&local).unwrap()[0].value, b"b1");
@@ -273,7 +230,7 @@ fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
     let (_, b2_to) = persist(&b, b_to, 2);
     b.confirm(b_to, b2_to, 2).unwrap();
     storage.wait_idle();
-    assert!(!shared.exists());
+    assert!(!exists(&shared));
     assert!(storage.local_registry().owners(&path).is_empty());
 }
 
@@ -290,11 +247,11 @@ fn one_writers_reset_keeps_another_writers_local_copies() {
     let (_a1, b1) = (pa.wait().unwrap(), pb.wait().unwrap());
     a.reset(0, 1, 1).unwrap();
     storage.wait_idle();
-    let shared = local_files(&b1)[0].clone();
-    assert!(shared.exists(), "b's snapshot still names its local copy");
+    let shared = local_paths(&b1)[0].clone();
+    assert!(exists(&shared), "b's snapshot still names its local copy");
     b.append(0, b"b2").unwrap();
     let (b2, _) = persist(&b, 0, 2);
-    assert_eq!(local_files(&b2)[0], shared, "b still uses the copy");
+    assert_eq!(local_paths(&b2)[0], shared, "b still uses the copy");
     assert_eq!(storage.read(b2.local.as_ref().unwrap()).unwrap().len(), 2);
 }
 
@@ -313,18 +270,18 @@ fn confirm_after_close_discards_local_copies() {
     w.close().unwrap();
     storage.wait_idle();
     for snapshot in [&first, &second] {
-        assert!(local_files(snapshot)[0].exists());
+        assert!(exists(&local_paths(snapshot)[0]));
     }
     w.confirm(to, to2, 2).unwrap();
     storage.wait_idle();
     assert!(
-        !local_files(&first)[0].exists(),
+        !exists(&local_paths(&first)[0]),
         "below checkpoint 2: discarded"
     );
-    assert!(local_files(&second)[0].exists());
+    assert!(exists(&local_paths(&second)[0]));
     w.confirm(to, to2, 3).unwrap();
     storage.wait_idle();
-    assert!(!local_files(&second)[0].exists());
+    assert!(!exists(&local_paths(&second)[0]));
     // The remote files of the returned snapshots stay for the coordinator.
-    assert!(remote_files(&second)[0].exists());
+    assert!(exists(&remote_paths(&second)[0]));
 }

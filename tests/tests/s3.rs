@@ -3,55 +3,15 @@
 
 use std::time::{Duration, Instant};
 
-use dstl::{ChangelogStorage, Config, KeyGroupRange, S3Store, SnapshotResult, Store, Writer};
+use dstl::{S3Store, Store, Writer};
+use dstl_tests::harness::{RANGE, checkpoint, open_s3, payloads, remote_paths};
 use dstl_tests::seaweed::Seaweed;
-
-const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
-
-fn open(server: &Seaweed, prefix: &str, conf: &[&str]) -> ChangelogStorage {
-    let mut config = Config::default();
-    config
-        .set(
-            "dstl.dfs.base-path",
-            &format!("s3://{}/{prefix}", server.bucket),
-        )
-        .unwrap();
-    config.set("dstl.writer.max-writers", "16").unwrap();
-    config
-        .apply_pairs(server.conf().iter().map(String::as_str))
-        .unwrap();
-    config.apply_pairs(conf.iter().copied()).unwrap();
-    ChangelogStorage::open(config).unwrap()
-}
-
-/// One checkpoint: append `value`, persist everything from `from`, confirm.
-fn checkpoint(
-    w: &Writer,
-    from: u64,
-    cp: i64,
-    value: &[u8],
-) -> Result<(SnapshotResult, u64), dstl::Error> {
-    w.append(cp as i32 % 128, value)?;
-    let to = w.next_sequence_number()?;
-    let snapshot = w.persist(from, cp)?.wait()?;
-    w.confirm(from, to, cp)?;
-    Ok((snapshot, to))
-}
-
-fn values(storage: &ChangelogStorage, snapshot: &SnapshotResult) -> Vec<Vec<u8>> {
-    storage
-        .read(&snapshot.remote)
-        .unwrap()
-        .into_iter()
-        .map(|c| c.value)
-        .collect()
-}
 
 #[test]
 fn end_to_end_against_seaweedfs() {
     let server = Seaweed::start("dstl");
     for compression in [false, true] {
-        let storage = open(
+        let storage = open_s3(
             &server,
             "e2e/run",
             &[&format!("dstl.dfs.compression.enabled={compression}")],
@@ -70,7 +30,7 @@ fn end_to_end_against_seaweedfs() {
             );
             let (second, _) = checkpoint(w, 0, 2, b"two").unwrap();
             assert_eq!(
-                values(&storage, &second),
+                payloads(&storage, &second.remote),
                 vec![b"one".to_vec(), b"two".to_vec()]
             );
             w.truncate(to).unwrap();
@@ -135,7 +95,7 @@ fn conditional_create_accepts_our_own_write_only() {
 #[test]
 fn paused_server_makes_persists_fail_not_hang() {
     let server = Seaweed::start("paused");
-    let storage = open(
+    let storage = open_s3(
         &server,
         "p",
         &[
@@ -158,19 +118,19 @@ fn paused_server_makes_persists_fail_not_hang() {
     );
     // The checkpoint acknowledged before the fault reads back.
     assert_eq!(
-        values(&storage, &acknowledged),
+        payloads(&storage, &acknowledged.remote),
         vec![b"acknowledged".to_vec()]
     );
     // And the writer goes on once the server is back.
     let sqn = w.next_sequence_number().unwrap();
     let (after, _) = checkpoint(&w, sqn, 3, b"after").unwrap();
-    assert_eq!(values(&storage, &after), vec![b"after".to_vec()]);
+    assert_eq!(payloads(&storage, &after.remote), vec![b"after".to_vec()]);
 }
 
 #[test]
 fn killed_server_makes_persists_fail_and_acknowledged_data_survives() {
     let mut server = Seaweed::start("killed");
-    let storage = open(
+    let storage = open_s3(
         &server,
         "k",
         &[
@@ -188,7 +148,7 @@ fn killed_server_makes_persists_fail_and_acknowledged_data_survives() {
     assert!(started.elapsed() < Duration::from_secs(60));
     server.restart();
     assert_eq!(
-        values(&storage, &acknowledged),
+        payloads(&storage, &acknowledged.remote),
         vec![b"before the crash".to_vec()]
     );
 }
@@ -196,7 +156,7 @@ fn killed_server_makes_persists_fail_and_acknowledged_data_survives() {
 #[test]
 fn gc_finds_and_deletes_orphans_in_the_bucket() {
     let server = Seaweed::start("orphans");
-    let storage = open(&server, "g", &[]);
+    let storage = open_s3(&server, "g", &[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let (snapshot, _) = checkpoint(&w, 0, 1, b"live").unwrap();
     let manifests = tempfile::tempdir().unwrap();
@@ -242,6 +202,6 @@ fn gc_finds_and_deletes_orphans_in_the_bucket() {
         .into_iter()
         .map(|f| f.path)
         .collect();
-    assert_eq!(left, vec![snapshot.remote.entries[0].handle.path.clone()]);
-    assert_eq!(values(&storage, &snapshot), vec![b"live".to_vec()]);
+    assert_eq!(left, remote_paths(&snapshot));
+    assert_eq!(payloads(&storage, &snapshot.remote), vec![b"live".to_vec()]);
 }

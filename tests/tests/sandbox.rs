@@ -8,23 +8,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dstl::{
-    ChangelogStorage, Config, Error, KeyGroupRange, SnapshotResult, TrapKind, Writer,
-    WriterComponent, WriterOptions,
+    ChangelogStorage, Error, SnapshotResult, TrapKind, Writer, WriterComponent, WriterOptions,
 };
-
-const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+use dstl_tests::harness::{RANGE, break_dir, files, remote_paths};
 
 /// The misbehaving component, as `tests/build.rs` built it.
 const HOSTILE: &[u8] = include_bytes!(env!("DSTL_HOSTILE_GUEST_WASM"));
 
+/// A storage over `dir` (the harness's), and the hostile component compiled for it.
 fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, WriterComponent) {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
-    config.set("dstl.writer.max-writers", "8").unwrap();
-    config.apply_pairs(conf.iter().copied()).unwrap();
-    let storage = ChangelogStorage::open(config).unwrap();
+    let storage = dstl_tests::harness::open(dir, conf);
     let hostile = storage.compile_component(HOSTILE).unwrap();
     (storage, hostile)
 }
@@ -52,8 +45,8 @@ fn command(writer: &Writer, command: &str) -> Result<(), Error> {
     writer.append_batch(&[-1], &[command.len() as u32], command.as_bytes())
 }
 
-/// A healthy writer's checkpoint, returned to the caller.
-fn checkpoint(storage: &ChangelogStorage, value: &[u8]) -> (Writer, SnapshotResult) {
+/// A healthy writer with a snapshot returned to the caller (not confirmed).
+fn returned_snapshot(storage: &ChangelogStorage, value: &[u8]) -> (Writer, SnapshotResult) {
     let w = storage.create_writer("healthy", RANGE).unwrap();
     w.append(1, value).unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
@@ -77,16 +70,12 @@ fn expect_trap(result: Result<(), Error>, expected: TrapKind, mentions: &str) ->
     }
 }
 
-fn remote_path(snapshot: &SnapshotResult) -> String {
-    snapshot.remote.entries[0].handle.path.clone()
-}
-
 #[test]
 fn releasing_another_writers_file_traps_the_releaser_only() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, component) = open(tmp.path(), &[]);
-    let (healthy, snapshot) = checkpoint(&storage, b"precious");
-    let path = remote_path(&snapshot);
+    let (healthy, snapshot) = returned_snapshot(&storage, b"precious");
+    let path = remote_paths(&snapshot)[0].clone();
     let count = storage.task_registry().count(&path);
     assert_eq!(count, Some(1));
     let h = hostile(&storage, &component, WriterOptions::default());
@@ -119,8 +108,8 @@ fn releasing_another_writers_file_traps_the_releaser_only() {
 fn stop_tracking_another_writers_file_traps_the_caller() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, component) = open(tmp.path(), &[]);
-    let (_healthy, snapshot) = checkpoint(&storage, b"tracked");
-    let path = remote_path(&snapshot);
+    let (_healthy, snapshot) = returned_snapshot(&storage, b"tracked");
+    let path = remote_paths(&snapshot)[0].clone();
     let h = hostile(&storage, &component, WriterOptions::default());
     expect_trap(
         command(&h, &format!("stop-tracking {path}")),
@@ -135,7 +124,7 @@ fn stop_tracking_another_writers_file_traps_the_caller() {
 fn registering_another_writers_local_copy_traps_and_discards_touch_only_own_claims() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, component) = open(tmp.path(), &["dstl.local-recovery.enabled=true"]);
-    let (healthy, snapshot) = checkpoint(&storage, b"local");
+    let (healthy, snapshot) = returned_snapshot(&storage, b"local");
     let local = snapshot.local.as_ref().unwrap().entries[0]
         .handle
         .path
@@ -175,7 +164,7 @@ fn a_guest_that_computes_past_its_deadline_is_still_interrupted() {
     let started = std::time::Instant::now();
     expect_trap(command(&h, "spin"), TrapKind::Deadline, "deadline of 50 ms");
     assert!(started.elapsed() >= Duration::from_millis(50));
-    let (_healthy, snapshot) = checkpoint(&storage, b"unaffected");
+    let (_healthy, snapshot) = returned_snapshot(&storage, b"unaffected");
     assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
 }
 
@@ -194,9 +183,7 @@ fn waiting_in_the_host_does_not_use_up_the_deadline() {
             "dstl.dfs.upload.next-attempt-delay=300ms",
         ],
     );
-    let dir = storage.config().job_dir();
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::write(&dir, b"not a directory: every upload fails").unwrap();
+    break_dir(&storage.config().job_dir());
     let h = hostile(
         &storage,
         &component,
@@ -252,21 +239,16 @@ fn a_component_that_is_not_a_writer_is_refused() {
 fn a_dropped_writer_releases_only_what_no_returned_snapshot_names() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, _) = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1kb"]);
-    let (healthy, snapshot) = checkpoint(&storage, b"returned");
+    let (healthy, snapshot) = returned_snapshot(&storage, b"returned");
     healthy.append(3, &[9; 2048]).unwrap(); // a pre-emptive upload, in no snapshot
     storage.wait_idle();
     let job_dir = storage.config().job_dir();
-    let files = || -> Vec<PathBuf> {
-        let mut f: Vec<PathBuf> = std::fs::read_dir(&job_dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        f.sort();
-        f
-    };
-    assert_eq!(files().len(), 2);
+    assert_eq!(files(&job_dir).len(), 2);
     drop(healthy);
     storage.wait_idle();
-    assert_eq!(files(), vec![PathBuf::from(remote_path(&snapshot))]);
+    assert_eq!(
+        files(&job_dir),
+        vec![PathBuf::from(&remote_paths(&snapshot)[0])]
+    );
     assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
 }

@@ -1,78 +1,20 @@
 //! Writer scenarios after Flink's writer, storage and registry tests, driven through the wasmtime
 //! host against a real directory: every call crosses into the writer component.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dstl::{
-    ChangelogStorage, Config, Error, KeyGroupRange, SnapshotResult, TrapKind, WriterError,
-    WriterOptions,
+use dstl::{ChangelogStorage, Error, KeyGroupRange, TrapKind, WriterError, WriterOptions};
+use dstl_tests::harness::{
+    RANGE, break_dir, by_key_group, changes, files, open, path_strings, repair_dir, snapshot_paths,
+    writer_error,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
-
-fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
-    config.set("dstl.writer.max-writers", "8").unwrap();
-    config.apply_pairs(conf.iter().copied()).unwrap();
-    ChangelogStorage::open(config).unwrap()
-}
-
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
+/// Upload attempts so far, once every upload started has finished.
 fn uploads(storage: &ChangelogStorage) -> u64 {
     storage.wait_idle();
     storage.metrics().upload_requests
-}
-
-fn values(storage: &ChangelogStorage, snapshot: &SnapshotResult) -> Vec<(i32, Vec<u8>)> {
-    storage
-        .read(&snapshot.remote)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.key_group, c.value))
-        .collect()
-}
-
-fn writer_error(result: Result<impl std::fmt::Debug, Error>) -> WriterError {
-    match result {
-        Err(Error::Writer { source, .. }) => source,
-        other => panic!("expected a writer error, got {other:?}"),
-    }
-}
-
-fn referenced(snapshot: &SnapshotResult) -> Vec<String> {
-    snapshot
-        .remote
-        .entries
-        .iter()
-        .chain(snapshot.local.iter().flat_map(|l| &l.entries))
-        .map(|e| e.handle.path.clone())
-        .collect()
-}
-
-/// Makes every upload of `storage` fail: its directory becomes a regular file.
-fn break_uploads(storage: &ChangelogStorage) -> PathBuf {
-    let dir = storage.config().job_dir();
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::write(&dir, b"not a directory").unwrap();
-    dir
-}
-
-fn repair_uploads(dir: &Path) {
-    std::fs::remove_file(dir).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
 }
 
 // ---- Flink's FsStateChangelogWriterTest ----
@@ -100,7 +42,7 @@ fn pre_upload_at_threshold_then_persist_uploads_nothing_more() {
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
     assert_eq!(uploads(&storage), 1);
     assert_eq!(
-        values(&storage, &snapshot),
+        changes(&storage, &snapshot.remote),
         vec![(-1, vec![2]), (0, vec![1; 999])]
     );
     assert_eq!(snapshot.remote.state_size, 1000);
@@ -120,7 +62,7 @@ fn persist_uploads_the_change_and_reads_back() {
     assert_eq!(snapshot.remote.storage_id, "filesystem");
     assert_eq!(snapshot.remote.key_group_range, RANGE);
     assert_eq!(
-        values(&storage, &snapshot),
+        changes(&storage, &snapshot.remote),
         vec![(3, b"0123456789".to_vec())]
     );
 }
@@ -171,11 +113,11 @@ fn files_stay_available_after_pre_upload_and_truncation() {
     let cp4 = w.persist(to2, 4).unwrap().wait().unwrap();
     w.confirm(to2, to4, 4).unwrap();
     storage.wait_idle();
-    for path in referenced(&cp4) {
+    for path in snapshot_paths(&cp4) {
         assert!(Path::new(&path).exists(), "{path} of cp4 was deleted");
     }
     assert_eq!(
-        values(&storage, &cp4),
+        changes(&storage, &cp4.remote),
         vec![(0, vec![4; 10]), (0, vec![5; 100])]
     );
 }
@@ -191,15 +133,15 @@ fn file_of_a_live_snapshot_survives_truncate_and_close() {
     let cp1 = cp1.wait().unwrap();
     w.truncate_and_close(1).unwrap();
     storage.wait_idle();
-    let cp1_files = referenced(&cp1);
+    let cp1_files = snapshot_paths(&cp1);
     for path in &cp1_files {
         assert!(Path::new(path).exists(), "{path} of cp1 was deleted");
     }
     // The pre-emptive upload's file holds only sqn 1, released by truncate-and-close
     // (or on arrival, if it landed after the close).
-    let left = files(&storage.config().job_dir());
+    let left = path_strings(&files(&storage.config().job_dir()));
     assert_eq!(left.len(), 1, "left: {left:?}");
-    assert_eq!(left[0].to_string_lossy(), cp1_files[0]);
+    assert_eq!(left[0], cp1_files[0]);
 }
 
 #[test]
@@ -227,7 +169,10 @@ fn persist_newly_appended_uploads_only_new_changes() {
     let sqn = w.next_sequence_number().unwrap();
     w.append(1, b"new").unwrap();
     let snapshot = w.persist(sqn, 2).unwrap().wait().unwrap();
-    assert_eq!(values(&storage, &snapshot), vec![(1, b"new".to_vec())]);
+    assert_eq!(
+        changes(&storage, &snapshot.remote),
+        vec![(1, b"new".to_vec())]
+    );
     assert_eq!(snapshot.remote.incremental_size, 3);
     assert_eq!(uploads(&storage), 2);
 }
@@ -240,7 +185,10 @@ fn persist_after_reset_loses_nothing() {
     w.append(0, b"kept").unwrap();
     w.reset(0, u64::MAX, i64::MAX).unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(values(&storage, &snapshot), vec![(0, b"kept".to_vec())]);
+    assert_eq!(
+        changes(&storage, &snapshot.remote),
+        vec![(0, b"kept".to_vec())]
+    );
 }
 
 #[test]
@@ -248,7 +196,8 @@ fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=10ms"]);
     let w = storage.create_writer("op", RANGE).unwrap();
-    let dir = break_uploads(&storage);
+    let dir = storage.config().job_dir();
+    break_dir(&dir);
     w.append(0, b"lost").unwrap();
     let error = writer_error(w.persist(0, 1).unwrap().wait());
     let WriterError::UploadFailed(cause) = &error else {
@@ -267,12 +216,15 @@ fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
         "{again:?}"
     );
     // Change sets after the failed one persist fine once the store works again.
-    repair_uploads(&dir);
+    repair_dir(&dir);
     let sqn = w.next_sequence_number().unwrap();
     assert_eq!(sqn, 1);
     w.append(0, b"fresh").unwrap();
     let snapshot = w.persist(sqn, 3).unwrap().wait().unwrap();
-    assert_eq!(values(&storage, &snapshot), vec![(0, b"fresh".to_vec())]);
+    assert_eq!(
+        changes(&storage, &snapshot.remote),
+        vec![(0, b"fresh".to_vec())]
+    );
     assert_eq!(files(&dir).len(), 1, "a failed upload leaves no file");
 }
 
@@ -442,10 +394,7 @@ fn close_fails_pending_persists_and_releases_late_uploads() {
     }
     storage.wait_idle();
     assert_eq!(storage.task_registry().tracked(), returned.len());
-    let mut left: Vec<String> = files(&storage.config().job_dir())
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
+    let mut left = path_strings(&files(&storage.config().job_dir()));
     left.sort();
     returned.sort();
     assert_eq!(left, returned, "closed writers leave no unreferenced file");
@@ -461,23 +410,22 @@ fn write_and_read(compression: bool) {
     );
     let w = storage.create_writer("op", RANGE).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let mut appended: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    let mut appended = Vec::new();
     for key_group in 0..6 {
         for _ in 0..20 {
             let mut value = vec![0; 405];
             rng.fill(&mut value[..]);
             w.append(key_group, &value).unwrap();
-            appended.entry(key_group).or_default().push(value);
+            appended.push((key_group, value));
         }
         w.next_sequence_number().unwrap();
     }
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
     assert_eq!(snapshot.remote.entries.len(), 6);
-    let mut read: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-    for (key_group, value) in values(&storage, &snapshot) {
-        read.entry(key_group).or_default().push(value);
-    }
-    assert_eq!(read, appended);
+    assert_eq!(
+        by_key_group(changes(&storage, &snapshot.remote)),
+        by_key_group(appended)
+    );
     let file = std::fs::read(&snapshot.remote.entries[0].handle.path).unwrap();
     assert_eq!(file[0], u8::from(compression));
 }
@@ -533,14 +481,8 @@ fn random_round_trips_many_writers() {
                         let to = w.next_sequence_number().unwrap();
                         let snapshot = w.persist(from, checkpoint).unwrap().wait().unwrap();
                         // Per key group, the order of appends survives exactly.
-                        let mut want: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-                        for (kg, v) in &expected {
-                            want.entry(*kg).or_default().push(v.clone());
-                        }
-                        let mut got: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-                        for (kg, v) in values(storage, &snapshot) {
-                            got.entry(kg).or_default().push(v);
-                        }
+                        let want = by_key_group(expected.iter().cloned());
+                        let got = by_key_group(changes(storage, &snapshot.remote));
                         assert_eq!(got, want, "writer {writer} checkpoint {checkpoint}");
                         w.confirm(from, to, checkpoint).unwrap();
                         if rng.random_ratio(1, 3) {
@@ -730,11 +672,14 @@ fn a_trapping_writer_does_not_disturb_another() {
     // The other writer carries on.
     healthy.append(1, b"after").unwrap();
     let first = pending.wait().unwrap();
-    assert_eq!(values(&storage, &first), vec![(1, b"before".to_vec())]);
+    assert_eq!(
+        changes(&storage, &first.remote),
+        vec![(1, b"before".to_vec())]
+    );
     let to = healthy.next_sequence_number().unwrap();
     let second = healthy.persist(0, 2).unwrap().wait().unwrap();
     assert_eq!(
-        values(&storage, &second),
+        changes(&storage, &second.remote),
         vec![(1, b"before".to_vec()), (1, b"after".to_vec())]
     );
     healthy.confirm(0, to, 2).unwrap();
@@ -800,7 +745,10 @@ fn a_call_past_its_deadline_is_interrupted_and_others_carry_on() {
         Err(Error::Trapped { .. })
     ));
     let snapshot = healthy.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(values(&storage, &snapshot), vec![(1, b"steady".to_vec())]);
+    assert_eq!(
+        changes(&storage, &snapshot.remote),
+        vec![(1, b"steady".to_vec())]
+    );
 }
 
 #[test]
@@ -844,10 +792,7 @@ fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
         .map(|s| s.remote.entries[0].handle.path.clone())
         .collect();
     kept.sort();
-    let left: Vec<String> = files(&storage.config().job_dir())
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
+    let left = path_strings(&files(&storage.config().job_dir()));
     assert_eq!(left, kept);
     assert_eq!(
         storage
@@ -856,7 +801,7 @@ fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
         Some(1)
     );
     for snapshot in [&confirmed, &returned] {
-        assert_eq!(values(&storage, snapshot).len(), 1);
+        assert_eq!(changes(&storage, &snapshot.remote).len(), 1);
     }
 }
 

@@ -1,59 +1,30 @@
-//! The shared upload scheduler (spec §3, §4, §5.1–5.3, §9.2; scenarios §11.3–§11.6),
+//! The shared upload scheduler — batching, retries and timeouts, back-pressure, metrics,
+//! closing (README.md, "Uploads: batching, retries, back-pressure"; the scenarios of
+//! Flink's BatchingStateChangeUploadSchedulerTest, RetryingExecutorTest,
+//! ChangelogStorageMetricsTest and FsStateChangelogStorageTest),
 //! through the wasmtime host, with a real directory behind a store that injects faults.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dstl::{ChangelogStorage, Config, Error, KeyGroupRange, SnapshotResult, WriterError};
+use dstl::{ChangelogStorage, Error, SnapshotResult, WriterError};
 use dstl_tests::fault_store::{Fault, FaultStore};
+use dstl_tests::harness::{EVENTUALLY, RANGE, files, path_strings, payloads, remote_paths, spawn};
 
-const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
-/// Bound for anything that must happen "eventually"; never reached when things work.
-const EVENTUALLY: Duration = Duration::from_secs(60);
-
+/// A storage over `dir` (the harness's, with up to 16 writers) whose uploads go to a
+/// [`FaultStore`] with nothing planned yet, then `conf`.
 fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, Arc<FaultStore>) {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
-    config.set("dstl.writer.max-writers", "16").unwrap();
-    config.apply_pairs(conf.iter().copied()).unwrap();
-    let store = FaultStore::new(&config.job_dir());
-    let storage = ChangelogStorage::open_with_store(config, store.clone()).unwrap();
-    (storage, store)
+    dstl_tests::harness::open_faulty(dir, &[&["dstl.writer.max-writers=16"][..], conf].concat())
 }
 
+/// The files the snapshot's remote handle names.
 fn paths(snapshot: &SnapshotResult) -> HashSet<String> {
-    snapshot
-        .remote
-        .entries
-        .iter()
-        .map(|e| e.handle.path.clone())
-        .collect()
+    remote_paths(snapshot).into_iter().collect()
 }
 
-fn payloads(storage: &ChangelogStorage, snapshot: &SnapshotResult) -> Vec<Vec<u8>> {
-    storage
-        .read(&snapshot.remote)
-        .unwrap()
-        .into_iter()
-        .map(|c| c.value)
-        .collect()
-}
-
-/// Runs `f` on another thread; the receiver yields its result.
-fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> mpsc::Receiver<T> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx
-}
-
-// ---- §11.3 batching ----
+// ---- batching (Flink's BatchingStateChangeUploadSchedulerTest) ----
 
 #[test]
 fn without_delay_and_threshold_every_task_uploads_alone() {
@@ -70,7 +41,7 @@ fn without_delay_and_threshold_every_task_uploads_alone() {
         let w = storage.create_writer(&format!("op-{i}"), RANGE).unwrap();
         w.append(0, &[i]).unwrap();
         let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-        assert_eq!(payloads(&storage, &snapshot), vec![vec![i]]);
+        assert_eq!(payloads(&storage, &snapshot.remote), vec![vec![i]]);
         files.extend(paths(&snapshot));
     }
     storage.wait_idle();
@@ -117,7 +88,10 @@ fn size_threshold_sends_one_batch_of_all_writers_in_one_file() {
         .collect();
     assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
     for (i, snapshot) in snapshots.iter().enumerate() {
-        assert_eq!(payloads(&storage, snapshot), vec![vec![i as u8; 11]]);
+        assert_eq!(
+            payloads(&storage, &snapshot.remote),
+            vec![vec![i as u8; 11]]
+        );
     }
     let metrics = storage.metrics();
     assert_eq!(metrics.upload_queue_size, 0);
@@ -174,7 +148,8 @@ fn eight_writers_share_few_files() {
     );
 }
 
-// ---- §11.3 / §11.4 retries, timeouts and faults ----
+// ---- retries, timeouts and faults (Flink's BatchingStateChangeUploadSchedulerTest and
+// RetryingExecutorTest; I/O failures are retried unlike Flink: ARCHITECTURE.md F8) ----
 
 #[test]
 fn transient_failures_are_retried_and_leave_one_file() {
@@ -190,7 +165,10 @@ fn transient_failures_are_retried_and_leave_one_file() {
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(3, b"survives").unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(payloads(&storage, &snapshot), vec![b"survives".to_vec()]);
+    assert_eq!(
+        payloads(&storage, &snapshot.remote),
+        vec![b"survives".to_vec()]
+    );
     storage.wait_idle();
     assert_eq!(store.files().len(), 1);
     let m = storage.metrics();
@@ -220,7 +198,7 @@ fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
     let sqn = w.next_sequence_number().unwrap();
     w.append(0, b"fine").unwrap();
     let snapshot = w.persist(sqn, 2).unwrap().wait().unwrap();
-    assert_eq!(payloads(&storage, &snapshot), vec![b"fine".to_vec()]);
+    assert_eq!(payloads(&storage, &snapshot.remote), vec![b"fine".to_vec()]);
     storage.wait_idle();
     assert_eq!(
         store.files().len(),
@@ -239,7 +217,10 @@ fn a_hung_upload_is_overtaken_and_its_late_file_deleted() {
     let started = Instant::now();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
     assert!(started.elapsed() >= Duration::from_millis(200));
-    assert_eq!(payloads(&storage, &snapshot), vec![b"speculative".to_vec()]);
+    assert_eq!(
+        payloads(&storage, &snapshot.remote),
+        vec![b"speculative".to_vec()]
+    );
     store.open_gate();
     storage.wait_idle();
     let files = store.files();
@@ -272,11 +253,10 @@ fn a_speculative_losers_local_copy_is_deleted_too() {
     store.open_gate();
     storage.wait_idle();
     let local = snapshot.local.expect("local handle");
-    let on_disk: Vec<PathBuf> = std::fs::read_dir(storage.config().local_copies_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(on_disk, vec![PathBuf::from(&local.entries[0].handle.path)]);
+    assert_eq!(
+        files(&storage.config().local_copies_dir()),
+        vec![PathBuf::from(&local.entries[0].handle.path)]
+    );
     assert_eq!(store.files().len(), 1);
 }
 
@@ -358,18 +338,14 @@ fn writers_closed_with_uploads_in_flight_leave_only_referenced_files() {
         }
     });
     storage.wait_idle();
-    let on_disk: HashSet<String> = store
-        .files()
-        .into_iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
+    let on_disk: HashSet<String> = path_strings(&store.files()).into_iter().collect();
     assert_eq!(
         on_disk, live,
         "every file is referenced by a confirmed snapshot or deleted"
     );
 }
 
-// ---- §11.3 back-pressure and availability ----
+// ---- back-pressure and availability (Flink's BatchingStateChangeUploadSchedulerTest) ----
 
 #[test]
 fn back_pressure_blocks_until_uploads_complete() {
@@ -398,7 +374,7 @@ fn back_pressure_blocks_until_uploads_complete() {
         let b = s.create_writer("b", RANGE).unwrap();
         b.append(0, &[3]).unwrap();
         let snapshot = b.persist(0, 1).unwrap().wait().unwrap();
-        payloads(&s, &snapshot)
+        payloads(&s, &snapshot.remote)
     });
     assert!(
         blocked.recv_timeout(Duration::from_millis(500)).is_err(),
@@ -433,8 +409,9 @@ fn a_task_above_the_limit_is_admitted_when_below_it() {
     assert_eq!(snapshot.remote.state_size, 101);
 }
 
-/// §11.6 testDeadlockOnUploadCompletion: every append persists (threshold 0), capacity
-/// is 10 bytes and uploads hang until the third append blocks on capacity.
+/// Flink's FsStateChangelogStorageTest testDeadlockOnUploadCompletion: every append
+/// persists (threshold 0), capacity is 10 bytes and uploads hang until the third append
+/// blocks on capacity.
 #[test]
 fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
     let tmp = tempfile::tempdir().unwrap();
@@ -458,7 +435,7 @@ fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
         w.append(0, &[2; 10]).unwrap();
         w.append(0, &[3]).unwrap(); // waits for capacity inside the writer's call
         let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-        payloads(&s, &snapshot)
+        payloads(&s, &snapshot.remote)
     });
     assert!(
         done.recv_timeout(Duration::from_millis(300)).is_err(),
@@ -471,7 +448,7 @@ fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
     );
 }
 
-// ---- §11.5 metrics ----
+// ---- metrics (Flink's ChangelogStorageMetricsTest) ----
 
 #[test]
 fn metrics_count_uploads_sizes_and_failures() {
@@ -615,11 +592,11 @@ fn waiting_for_capacity_does_not_count_against_the_call_deadline() {
         started.elapsed()
     );
     assert_eq!(
-        payloads(&storage, &first.wait().unwrap()),
+        payloads(&storage, &first.wait().unwrap().remote),
         vec![vec![1; 10]]
     );
     assert_eq!(
-        payloads(&storage, &second.wait().unwrap()),
+        payloads(&storage, &second.wait().unwrap().remote),
         vec![vec![2; 10]]
     );
     assert!(w.failure().is_none());
@@ -647,11 +624,7 @@ fn close_fails_persists_whose_uploads_are_still_running() {
     let started = Instant::now();
     storage.close();
     let closed_after = started.elapsed();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(pending.wait());
-    });
-    let outcome = rx
+    let outcome = spawn(move || pending.wait())
         .recv_timeout(Duration::from_secs(10))
         .expect("the persist completes at close, not when the writer is dropped");
     let error = outcome.unwrap_err();

@@ -1,20 +1,23 @@
 //! The shared writer scenarios (`tests/scenarios/*.json`, format in its README.md)
-//! through the wasmtime host, via the public `dstl` API and a scripted store that injects
-//! upload outcomes. The Node host runs the same files (`js/test/scenarios.test.mjs` with `js/support/scenario-runner.mjs`).
+//! through the wasmtime host, via the public `dstl` API and the fault-injecting store
+//! (`dstl_tests::fault_store`), which fails or holds back file creations as the scenario
+//! says. The Node host runs the same files (`js/test/scenarios.test.mjs` with `js/support/scenario-runner.mjs`).
 //!
 //! Every file is parsed strictly: an unparseable file, an unknown field, operation or
 //! error kind fails the test, so no scenario is silently skipped. A scenario that lists
 //! only the Node host is reported as skipped with its reason.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use dstl::{
-    ChangelogStorage, Config, Error, KeyGroupRange, LocalStore, PersistFuture, SnapshotResult,
-    Store, Writer, WriterError, WriterOptions,
+    ChangelogStorage, Config, Error, KeyGroupRange, PersistFuture, SnapshotResult, Writer,
+    WriterError, WriterOptions,
 };
+use dstl_tests::fault_store::{Fault, FaultStore};
+use dstl_tests::harness::{changelog_files, path_strings, read_changes, snapshot_paths};
 use serde_json::{Map, Value};
 
 const JOB_ID: &str = "000000000000002a466c696e6b416e63";
@@ -225,64 +228,6 @@ fn bytes(spec: &Value) -> Result<Vec<u8>> {
     bail!("not a value: {spec}")
 }
 
-/// What the next file creation does.
-enum Fault {
-    Fail,
-    Hang,
-}
-
-/// A local directory whose file creations fail or hang as the scenario says.
-struct ScriptedStore {
-    inner: LocalStore,
-    plan: Mutex<VecDeque<Fault>>,
-    broken: Mutex<bool>,
-    /// Open: hung creations go on.
-    gate: (Mutex<bool>, Condvar),
-}
-
-impl ScriptedStore {
-    fn set_gate(&self, open: bool) {
-        *self.gate.0.lock().unwrap() = open;
-        self.gate.1.notify_all();
-    }
-}
-
-impl Store for ScriptedStore {
-    fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
-        if *self.broken.lock().unwrap() {
-            return Err(std::io::Error::other("injected: the store is down"));
-        }
-        let fault = self.plan.lock().unwrap().pop_front();
-        match fault {
-            Some(Fault::Fail) => return Err(std::io::Error::other("injected: transient failure")),
-            Some(Fault::Hang) => {
-                let mut open = self.gate.0.lock().unwrap();
-                while !*open {
-                    open = self.gate.1.wait(open).unwrap();
-                }
-            }
-            None => {}
-        }
-        self.inner.create(name, bytes)
-    }
-
-    fn delete(&self, path: &str) -> std::io::Result<()> {
-        Store::delete(&self.inner, path)
-    }
-
-    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
-        Store::read(&self.inner, path)
-    }
-
-    fn list(&self) -> std::io::Result<Vec<dstl::StoredFile>> {
-        Store::list(&self.inner)
-    }
-
-    fn describe(&self) -> String {
-        Store::describe(&self.inner)
-    }
-}
-
 /// A persist: pending, or completed.
 enum Persisted {
     Pending(PersistFuture),
@@ -291,7 +236,7 @@ enum Persisted {
 
 struct Run {
     storage: Option<ChangelogStorage>,
-    store: Arc<ScriptedStore>,
+    store: Arc<FaultStore>,
     config: Config,
     writers: HashMap<String, Writer>,
     persists: HashMap<String, Persisted>,
@@ -406,29 +351,6 @@ impl From<anyhow::Error> for StepError {
     }
 }
 
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                .map(|e| e.path().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
-fn snapshot_paths(snapshot: &SnapshotResult) -> Vec<String> {
-    snapshot
-        .remote
-        .entries
-        .iter()
-        .chain(snapshot.local.iter().flat_map(|l| &l.entries))
-        .map(|e| e.handle.path.clone())
-        .collect()
-}
-
 impl Run {
     fn storage(&self) -> Result<&ChangelogStorage> {
         self.storage
@@ -476,12 +398,7 @@ impl Run {
     }
 
     fn read(&self, handle: &dstl::ChangelogHandle) -> Result<Vec<(i32, Vec<u8>)>> {
-        Ok(self
-            .storage()?
-            .read(handle)?
-            .into_iter()
-            .map(|c| (c.key_group, c.value))
-            .collect())
+        Ok(read_changes(self.storage()?, handle)?)
     }
 
     fn step(&mut self, step: &Map<String, Value>) -> Result<(), StepError> {
@@ -644,21 +561,17 @@ impl Run {
             }
             "fail_uploads" | "hang_uploads" => {
                 let times = int_field(step, "times")?;
-                if op == "hang_uploads" {
-                    self.store.set_gate(false);
-                }
-                let mut plan = self.store.plan.lock().unwrap();
-                for _ in 0..times {
-                    plan.push_back(if op == "fail_uploads" {
-                        Fault::Fail
-                    } else {
-                        Fault::Hang
-                    });
-                }
+                let fault = if op == "fail_uploads" {
+                    Fault::Fail
+                } else {
+                    self.store.close_gate();
+                    Fault::Hang
+                };
+                self.store.plan((0..times).map(|_| fault.clone()));
             }
-            "release_uploads" => self.store.set_gate(true),
-            "break_store" => *self.store.broken.lock().unwrap() = true,
-            "repair_store" => *self.store.broken.lock().unwrap() = false,
+            "release_uploads" => self.store.open_gate(),
+            "break_store" => self.store.set_broken(true),
+            "repair_store" => self.store.set_broken(false),
             "close_storage" => {
                 let storage = self
                     .storage
@@ -812,7 +725,7 @@ impl Run {
                 metrics.upload_failures
             );
         }
-        let files = files_in(&self.config.job_dir());
+        let files = path_strings(&changelog_files(&self.config.job_dir()));
         if let Some(want) = uint("files") {
             ensure!(
                 files.len() as u64 == want,
@@ -860,7 +773,7 @@ impl Run {
             ensure!(tracked == want, "{tracked} tracked files, expected {want}");
         }
         if let Some(want) = uint("local_files") {
-            let local = files_in(&self.config.local_copies_dir());
+            let local = path_strings(&changelog_files(&self.config.local_copies_dir()));
             ensure!(
                 local.len() as u64 == want,
                 "{} local copies, expected {want}: {local:?}",
@@ -873,12 +786,13 @@ impl Run {
 
 fn run(scenario: &Map<String, Value>) -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let mut config = Config {
-        base_path: tmp.path().to_path_buf(),
-        ..Config::default()
-    };
-    config.set("dstl.job-id", JOB_ID)?;
-    config.set("dstl.writer.max-writers", "16")?;
+    let mut config = dstl_tests::harness::config(
+        tmp.path(),
+        &[
+            &format!("dstl.job-id={JOB_ID}"),
+            "dstl.writer.max-writers=16",
+        ],
+    );
     for (key, value) in scenario["config"].as_object().into_iter().flatten() {
         let value = match value {
             Value::String(s) => s.clone(),
@@ -886,12 +800,7 @@ fn run(scenario: &Map<String, Value>) -> Result<()> {
         };
         config.set(key, &value)?;
     }
-    let store = Arc::new(ScriptedStore {
-        inner: LocalStore::open(&config.job_dir())?,
-        plan: Mutex::new(VecDeque::new()),
-        broken: Mutex::new(false),
-        gate: (Mutex::new(true), Condvar::new()),
-    });
+    let store = FaultStore::new(&config.job_dir());
     let storage = ChangelogStorage::open_with_store(config.clone(), store.clone())?;
     let mut run = Run {
         storage: Some(storage),
@@ -925,7 +834,7 @@ fn run(scenario: &Map<String, Value>) -> Result<()> {
         Ok(())
     })();
     // Let hung creations finish before the storage shuts down.
-    run.store.set_gate(true);
+    run.store.open_gate();
     run.writers.clear();
     drop(run.storage.take());
     outcome

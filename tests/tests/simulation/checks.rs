@@ -8,17 +8,9 @@ use std::sync::Mutex;
 
 use dstl::{ChangelogHandle, ChangelogStorage, ReadError, WriterId};
 use dstl_tests::fault_store::{FaultStore, Written};
+use dstl_tests::harness::{by_key_group, files, path_strings, read_changes};
 
 use crate::model::{Fate, Model, Upload, file_name};
-
-/// Changes grouped by key group, each group in order.
-fn by_key_group(changes: impl IntoIterator<Item = (i32, Vec<u8>)>) -> BTreeMap<i32, Vec<Vec<u8>>> {
-    let mut groups: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-    for (key_group, value) in changes {
-        groups.entry(key_group).or_default().push(value);
-    }
-    groups
-}
 
 /// Reads `handle` (the remote or local handle of writer `i`'s snapshot of `[from, to)`)
 /// back. Its files must exist if `must_exist`; otherwise a missing file is allowed,
@@ -35,7 +27,7 @@ pub fn check_content(
     must_exist: bool,
 ) -> bool {
     let w = &model.writers[i];
-    let changes = match storage.read(handle) {
+    let changes = match read_changes(storage, handle) {
         Ok(changes) => changes,
         Err(ReadError::Io { ref source, .. })
             if !must_exist && source.kind() == std::io::ErrorKind::NotFound =>
@@ -48,7 +40,7 @@ pub fn check_content(
         ),
     };
     let expected = by_key_group((from..to).flat_map(|s| w.sets[&s].changes.iter().cloned()));
-    let actual = by_key_group(changes.into_iter().map(|c| (c.key_group, c.value)));
+    let actual = by_key_group(changes);
     assert!(
         actual == expected,
         "{}: the {what} handle of snapshot [{from}, {to}) reads back other changes:\nexpected {expected:?}\nactual   {actual:?}",
@@ -137,14 +129,9 @@ impl<'a> Fates<'a> {
     }
 }
 
+/// Every entry of `dir` (none if it does not exist).
 fn dir_paths(dir: &Path) -> HashSet<String> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => entries
-            .map(|e| e.unwrap().path().to_string_lossy().into_owned())
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashSet::new(),
-        Err(e) => panic!("cannot list {}: {e}", dir.display()),
-    }
+    path_strings(&files(dir)).into_iter().collect()
 }
 
 /// The local-copy directory, as handles name it.
@@ -180,11 +167,7 @@ pub fn check_files(
     let errors = store.errors();
     assert!(errors.is_empty(), "the store saw bad uploads: {errors:?}");
     let fates = Fates::new(models);
-    let on_disk: HashSet<String> = store
-        .files()
-        .into_iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
+    let on_disk: HashSet<String> = path_strings(&store.files()).into_iter().collect();
     let known: HashSet<&String> = written.iter().map(|f| &f.path).collect();
     for path in &on_disk {
         assert!(
@@ -406,8 +389,7 @@ pub fn final_check(
         .map(|f| &f.path)
         .collect();
     let mut counts = FinalCounts::default();
-    for path in store.files() {
-        let path = path.to_string_lossy().into_owned();
+    for path in path_strings(&store.files()) {
         assert!(
             protected.contains(&path) || kept.contains(&path),
             "file {path} is left over after every writer was closed"

@@ -7,8 +7,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dstl::{ChangelogStorage, Config, Error, KeyGroupRange, PersistFuture, Writer, WriterError};
+use dstl::{ChangelogStorage, Error, KeyGroupRange, PersistFuture, Writer, WriterError};
 use dstl_tests::fault_store::{FaultOptions, FaultStore, RandomFaults};
+use dstl_tests::harness::{open_with_store, path_strings};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -995,11 +996,7 @@ impl Sim {
     }
 
     fn store_paths(&self) -> HashSet<String> {
-        self.store
-            .files()
-            .into_iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect()
+        path_strings(&self.store.files()).into_iter().collect()
     }
 
     fn resolve(&mut self, written: &[dstl_tests::fault_store::Written], on_disk: &HashSet<String>) {
@@ -1119,26 +1116,21 @@ fn open_seed(
     params: &Params,
     dir: &std::path::Path,
 ) -> (Arc<ChangelogStorage>, Arc<FaultStore>) {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
-    config
-        .apply_pairs(params.conf.iter().map(String::as_str))
-        .unwrap();
-    let store = FaultStore::open(
-        &config.job_dir(),
-        FaultOptions {
-            random: Some(RandomFaults {
-                seed: seed ^ 0x5eed,
-                fail_p: params.fail_p,
-                delay_p: params.delay_p,
-                max_delay: Duration::from_micros(params.max_delay_us),
-            }),
-            indexer: Some(Box::new(index_file)),
-        },
-    );
-    let storage = ChangelogStorage::open_with_store(config, store.clone()).unwrap();
+    let conf: Vec<&str> = params.conf.iter().map(String::as_str).collect();
+    let (storage, store) = open_with_store(dir, &conf, |config| {
+        FaultStore::open(
+            &config.job_dir(),
+            FaultOptions {
+                random: Some(RandomFaults {
+                    seed: seed ^ 0x5eed,
+                    fail_p: params.fail_p,
+                    delay_p: params.delay_p,
+                    max_delay: Duration::from_micros(params.max_delay_us),
+                }),
+                indexer: Some(Box::new(index_file)),
+            },
+        )
+    });
     (Arc::new(storage), store)
 }
 
@@ -1223,11 +1215,7 @@ fn run_concurrent(seed: u64, mut rng: ChaCha8Rng, params: Params, trace: &Trace)
         }
         barrier.wait();
         let written = store.written();
-        let on_disk: HashSet<String> = store
-            .files()
-            .into_iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect();
+        let on_disk: HashSet<String> = path_strings(&store.files()).into_iter().collect();
         phase(&mut || sims[t].lock().unwrap().resolve(&written, &on_disk));
         barrier.wait();
         if t == 0 {

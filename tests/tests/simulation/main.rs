@@ -1,6 +1,7 @@
 //! A deterministic, seeded simulation of several writers through the real wasmtime host,
 //! against a store that fails or delays creates at random, checked against a reference
-//! model of the writer (spec §2) and of file ownership (spec §8).
+//! model of the writer (ARCHITECTURE.md, Writer semantics) and of file ownership
+//! (ARCHITECTURE.md, File ownership).
 //!
 //! Each seed opens a storage with a random configuration (thresholds, batching, retries,
 //! compression, in-flight limit) over a fresh directory (in memory where `/dev/shm`
@@ -70,12 +71,12 @@ mod model;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dstl::{ChangelogStorage, Config, KeyGroupRange};
+use dstl::KeyGroupRange;
+use dstl_tests::harness::{files, open, open_faulty};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -194,18 +195,14 @@ fn seeded_simulation() {
 #[test]
 fn dropping_a_writer_while_its_upload_lands_releases_the_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        base_path: tmp.path().to_path_buf(),
-        ..Config::default()
-    };
-    config
-        .apply_pairs([
+    let storage = open(
+        tmp.path(),
+        &[
             "dstl.dfs.batch.persist-delay=0",
             "dstl.writer.max-writers=4",
             "dstl.writer.memory-limit=32mb",
-        ])
-        .unwrap();
-    let storage = ChangelogStorage::open(config).unwrap();
+        ],
+    );
     let dir = storage.config().job_dir();
     let mut rng = ChaCha8Rng::seed_from_u64(2021);
     for round in 0..1000 {
@@ -222,10 +219,12 @@ fn dropping_a_writer_while_its_upload_lands_releases_the_file() {
         drop(w);
         drop(pending);
         storage.wait_idle();
-        let left: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        assert!(
+            dir.is_dir(),
+            "the store's directory {} is gone",
+            dir.display()
+        );
+        let left = files(&dir);
         assert!(
             left.is_empty(),
             "round {round}: the file of an upload that landed while its writer was dropped \
@@ -244,23 +243,18 @@ fn dropping_a_writer_while_its_upload_lands_releases_the_file() {
 /// not hold as a guest fault, trapping the writer. Planned hangs make it deterministic.
 #[test]
 fn a_persist_completing_after_its_ready_change_sets_were_truncated_does_not_trap() {
-    use dstl_tests::fault_store::{Fault, FaultStore};
+    use dstl_tests::fault_store::Fault;
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        base_path: tmp.path().to_path_buf(),
-        ..Config::default()
-    };
-    config
-        .apply_pairs([
+    let (storage, store) = open_faulty(
+        tmp.path(),
+        &[
             "dstl.dfs.batch.persist-delay=0",
             "dstl.dfs.upload.timeout=0",
             "dstl.local-recovery.enabled=true",
             "dstl.writer.max-writers=4",
             "dstl.writer.memory-limit=32mb",
-        ])
-        .unwrap();
-    let store = FaultStore::new(&config.job_dir());
-    let storage = ChangelogStorage::open_with_store(config, store.clone()).unwrap();
+        ],
+    );
     let w = storage
         .create_writer("op", KeyGroupRange { start: 0, end: 0 })
         .unwrap();
