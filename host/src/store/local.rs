@@ -6,6 +6,7 @@
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::{Store, StoredFile};
@@ -139,8 +140,6 @@ impl LocalStore {
         &self.dir
     }
 
-    /// Refuses to touch a path outside this store's directory (a bad handle or manifest
-    /// must never make the store delete someone else's file).
     /// The files of the directory, sorted by path; with `staging`, also the hidden
     /// staging files that interrupted writes left behind (never referenced by a handle).
     pub fn files(&self, staging: bool) -> std::io::Result<Vec<StoredFile>> {
@@ -171,6 +170,8 @@ impl LocalStore {
                 .is_some_and(|n| n != "." && n != ".." && !n.is_empty())
     }
 
+    /// Refuses to touch a path outside this store's directory (a bad handle or manifest
+    /// must never make the store read or delete someone else's file).
     fn check_inside(&self, path: &str) -> std::io::Result<()> {
         if self.contains(path) {
             Ok(())
@@ -191,7 +192,13 @@ impl LocalStore {
     /// Creates `name` from `parts` written one after the other, atomically and durably.
     pub fn create_parts(&self, name: &str, parts: &[&[u8]]) -> std::io::Result<String> {
         let target = self.dir.join(name);
-        let staging = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        // A staging name of this call alone: two creates of one name must not share it.
+        static STAGED: AtomicU64 = AtomicU64::new(0);
+        let staging = self.dir.join(format!(
+            ".{name}.{}.{}.tmp",
+            std::process::id(),
+            STAGED.fetch_add(1, Ordering::Relaxed)
+        ));
         let mut linked = false;
         let mut moved = false;
         let result = (|| {
@@ -240,6 +247,7 @@ impl Store for LocalStore {
     }
 
     fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.check_inside(path)?;
         read(path)
     }
 
