@@ -17,6 +17,7 @@ use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
 use crate::sandbox::{ComponentDecoder, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
+use crate::upload::buffers::BlockPool;
 use crate::upload::scheduler::SchedulerSettings;
 use crate::upload::throttle::Availability;
 use crate::upload::{RetryPolicy, Scheduler, Uploader};
@@ -109,6 +110,10 @@ impl ChangelogStorage {
         };
         let metrics = Arc::new(Metrics::default());
         let uploader = Arc::new(Uploader {
+            // Enough spare buffers for a few batches' blocks and files.
+            buffers: Arc::new(BlockPool::new(
+                (config.persist_size_threshold.max(16 << 20) as usize).min(64 << 20),
+            )),
             store: store.clone(),
             local,
             compression: config.compression,

@@ -1,10 +1,13 @@
 //! A local directory as a store: every file becomes visible only whole (written under a
-//! temporary name, fsync'd, then linked into place without overwriting) and its
-//! directory entry is fsync'd before the write counts.
+//! temporary name, fsync'd, then moved into place without overwriting) and its
+//! directory entry is fsync'd before the write counts (one directory fsync serves the
+//! creates that finish together).
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::{Store, StoredFile};
 
@@ -16,6 +19,87 @@ pub struct LocalStore {
     buffer_size: usize,
     /// Fsync files and the directory before a create returns (`dstl.dfs.local.fsync`).
     fsync: bool,
+    /// Directory syncs shared by the creates running at once.
+    dir_sync: Arc<DirSync>,
+}
+
+/// Group commit of directory syncs: a create that needs its new name durable waits for
+/// one directory fsync that started after its link. Creates running at once share one
+/// fsync instead of queueing one each.
+#[derive(Debug, Default)]
+struct DirSync {
+    state: Mutex<DirSyncState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct DirSyncState {
+    /// Links made so far (each create counts one).
+    linked: u64,
+    /// Links a completed fsync covers.
+    synced: u64,
+    /// An fsync is running.
+    running: bool,
+}
+
+impl DirSync {
+    /// Returns once a directory fsync that started after this call has completed.
+    fn sync(&self, dir: &Path) -> std::io::Result<()> {
+        let mut state = self.state.lock().unwrap();
+        state.linked += 1;
+        let mine = state.linked;
+        loop {
+            if state.synced >= mine {
+                return Ok(());
+            }
+            if state.running {
+                state = self.done.wait(state).unwrap();
+                continue;
+            }
+            state.running = true;
+            let covers = state.linked;
+            drop(state);
+            let result = File::open(dir).and_then(|d| d.sync_all());
+            state = self.state.lock().unwrap();
+            state.running = false;
+            if result.is_ok() {
+                state.synced = state.synced.max(covers);
+            }
+            self.done.notify_all();
+            result?;
+        }
+    }
+}
+
+/// Moves `staging` to `target` unless `target` exists: `renameat2(RENAME_NOREPLACE)` where
+/// the file system has it, else a hard link (which also refuses an existing name, and
+/// leaves `staging` for the caller to remove). True if `staging` is gone.
+fn publish(staging: &Path, target: &Path) -> std::io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let from = CString::new(staging.as_os_str().as_bytes())?;
+        let to = CString::new(target.as_os_str().as_bytes())?;
+        // SAFETY: both paths are NUL-terminated strings that live across the call.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let error = std::io::Error::last_os_error();
+        if !matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+            return Err(error);
+        }
+    }
+    fs::hard_link(staging, target).map(|()| false)
 }
 
 /// Flink's default `dstl.dfs.upload.buffer-size`.
@@ -32,6 +116,7 @@ impl LocalStore {
             dir,
             buffer_size: DEFAULT_BUFFER_SIZE,
             fsync: true,
+            dir_sync: Arc::default(),
         })
     }
 
@@ -55,8 +140,6 @@ impl LocalStore {
         &self.dir
     }
 
-    /// Refuses to touch a path outside this store's directory (a bad handle or manifest
-    /// must never make the store delete someone else's file).
     /// The files of the directory, sorted by path; with `staging`, also the hidden
     /// staging files that interrupted writes left behind (never referenced by a handle).
     pub fn files(&self, staging: bool) -> std::io::Result<Vec<StoredFile>> {
@@ -87,6 +170,8 @@ impl LocalStore {
                 .is_some_and(|n| n != "." && n != ".." && !n.is_empty())
     }
 
+    /// Refuses to touch a path outside this store's directory (a bad handle or manifest
+    /// must never make the store read or delete someone else's file).
     fn check_inside(&self, path: &str) -> std::io::Result<()> {
         if self.contains(path) {
             Ok(())
@@ -107,8 +192,15 @@ impl LocalStore {
     /// Creates `name` from `parts` written one after the other, atomically and durably.
     pub fn create_parts(&self, name: &str, parts: &[&[u8]]) -> std::io::Result<String> {
         let target = self.dir.join(name);
-        let staging = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        // A staging name of this call alone: two creates of one name must not share it.
+        static STAGED: AtomicU64 = AtomicU64::new(0);
+        let staging = self.dir.join(format!(
+            ".{name}.{}.{}.tmp",
+            std::process::id(),
+            STAGED.fetch_add(1, Ordering::Relaxed)
+        ));
         let mut linked = false;
+        let mut moved = false;
         let result = (|| {
             let mut file = BufWriter::with_capacity(self.buffer_size, File::create_new(&staging)?);
             for part in parts {
@@ -119,16 +211,18 @@ impl LocalStore {
                 file.sync_all()?;
             }
             drop(file);
-            // A hard link creates the name only if it is free, so a file is never
-            // overwritten, and it appears with all its bytes at once.
-            fs::hard_link(&staging, &target)?;
+            // The name is taken only if it is free, so a file is never overwritten, and
+            // it appears with all its bytes at once.
+            moved = publish(&staging, &target)?;
             linked = true;
             if self.fsync {
-                File::open(&self.dir)?.sync_all()?;
+                self.dir_sync.sync(&self.dir)?;
             }
             Ok(())
         })();
-        let _ = fs::remove_file(&staging);
+        if !moved {
+            let _ = fs::remove_file(&staging);
+        }
         if result.is_err() && linked {
             // The link was made but the directory sync failed: do not leave a file that
             // the caller will believe was never written.
@@ -153,6 +247,7 @@ impl Store for LocalStore {
     }
 
     fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.check_inside(path)?;
         read(path)
     }
 
@@ -226,6 +321,33 @@ mod tests {
         let store_dir = tmp.path().join("base/other/dstl");
         LocalStore::open(&store_dir).unwrap();
         assert!(store_dir.is_dir());
+    }
+
+    #[test]
+    fn creates_running_at_once_share_directory_syncs_and_all_land() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(tmp.path()).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let store = &store;
+                s.spawn(move || {
+                    for i in 0..20 {
+                        let name = format!("f{t}-{i}");
+                        let path = store.create(&name, name.as_bytes()).unwrap();
+                        assert_eq!(fs::read(path).unwrap(), name.as_bytes());
+                    }
+                });
+            }
+        });
+        let files = store.files(true).unwrap();
+        assert_eq!(
+            files.len(),
+            160,
+            "every file landed and no staging file is left"
+        );
+        let state = store.dir_sync.state.lock().unwrap();
+        assert_eq!(state.linked, 160);
+        assert_eq!(state.synced, 160, "the last create's link is covered");
     }
 
     #[test]

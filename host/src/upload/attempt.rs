@@ -9,12 +9,15 @@ use dstl_proto::codec::{self, FileWriter};
 use dstl_proto::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 
 use super::AttemptError;
+use super::buffers::BlockPool;
 use crate::metrics::Metrics;
 use crate::store::{LocalStore, Store, Stores};
 
 /// Writes files for batches of upload tasks.
 pub(crate) struct Uploader {
     pub store: Arc<dyn Store>,
+    /// Buffers for compressed files, shared with the scheduler's blocks.
+    pub buffers: Arc<BlockPool>,
     pub local: Option<LocalStore>,
     pub compression: bool,
     pub metrics: Arc<Metrics>,
@@ -66,18 +69,20 @@ impl Uploader {
             .map(|c| c.block.as_slice());
         // Plain files are written straight from the blocks; compressed ones are encoded
         // into one buffer first.
-        let compressed;
+        let mut compressed: Option<Vec<u8>> = None;
         let (parts, flat_offsets, logical) = if self.compression {
             let payload: usize = blocks.clone().map(<[u8]>::len).sum();
-            let mut file =
-                FileWriter::new(Vec::with_capacity(payload / 2 + 64), true).map_err(io)?;
+            // Room for incompressible data (Snappy's worst case plus framing), so the
+            // buffer never grows while compressing.
+            let out = self.buffers.take(payload + payload / 6 + 1024);
+            let mut file = FileWriter::new(out, true).map_err(io)?;
             let offsets = blocks
                 .map(|b| file.write_block(b))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(io)?;
             let logical = file.position();
-            compressed = file.finish().map_err(io)?;
-            (vec![compressed.as_slice()], offsets, logical)
+            let file = compressed.insert(file.finish().map_err(io)?);
+            (vec![file.as_slice()], offsets, logical)
         } else {
             codec::plain_file(blocks)
         };
@@ -116,6 +121,10 @@ impl Uploader {
                     None
                 }
             });
+        drop(parts);
+        if let Some(buffer) = compressed {
+            self.buffers.put(buffer);
+        }
         let per_task = tasks
             .iter()
             .zip(offsets)

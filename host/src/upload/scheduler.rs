@@ -62,7 +62,7 @@ pub(crate) struct Scheduler {
     timer: Arc<Notify>,
     pub throttle: Throttle,
     /// Buffers for the blocks of upload tasks, recycled when their upload ends.
-    pub blocks: BlockPool,
+    pub blocks: Arc<BlockPool>,
     uploader: Arc<Uploader>,
     registries: Registries,
     permits: Arc<Semaphore>,
@@ -92,9 +92,7 @@ impl Scheduler {
             }),
             timer: Arc::new(Notify::new()),
             throttle: Throttle::new(settings.max_in_flight),
-            // Enough spare buffers for a few batches' blocks, never more than the
-            // in-flight limit lets exist at once.
-            blocks: BlockPool::new((settings.size_threshold.max(16 << 20) as usize).min(64 << 20)),
+            blocks: uploader.buffers.clone(),
             uploader,
             registries,
             permits: Arc::new(Semaphore::new(settings.threads)),
