@@ -321,7 +321,8 @@ impl Config {
             .parse()
             .map_err(|e: toml::de::Error| file_error(e.to_string()))?;
         let mut pairs = Vec::new();
-        flatten("", &toml::Value::Table(table), &mut pairs).map_err(file_error)?;
+        flatten("", &toml::Value::Table(table), &mut pairs)
+            .map_err(|e| file_error(e.to_string()))?;
         for (key, value) in pairs {
             self.set(&key, &value)
                 .map_err(|e| file_error(e.to_string()))?;

@@ -2,11 +2,20 @@
 
 use std::time::Duration;
 
+/// A TOML value that is not a setting: an array, a date, a float.
+#[derive(Debug, thiserror::Error)]
+#[error("`{key}` has a {kind} value; use a string, a number or a boolean")]
+pub(super) struct NotASetting {
+    key: String,
+    kind: &'static str,
+}
+
+/// Appends every setting of `value` (a table, nested or dotted) to `out` as `key=value`.
 pub(super) fn flatten(
     prefix: &str,
     value: &toml::Value,
     out: &mut Vec<(String, String)>,
-) -> Result<(), String> {
+) -> Result<(), NotASetting> {
     match value {
         toml::Value::Table(table) => {
             for (k, v) in table {
@@ -22,10 +31,10 @@ pub(super) fn flatten(
         toml::Value::Integer(i) => out.push((prefix.to_string(), i.to_string())),
         toml::Value::Boolean(b) => out.push((prefix.to_string(), b.to_string())),
         other => {
-            return Err(format!(
-                "`{prefix}` has a {} value; use a string, a number or a boolean",
-                other.type_str()
-            ));
+            return Err(NotASetting {
+                key: prefix.to_string(),
+                kind: other.type_str(),
+            });
         }
     }
     Ok(())
