@@ -437,6 +437,15 @@ impl<'a> ChangeSetReader<'a> {
 
     /// The next change, `None` at the end of the block.
     pub fn next_change(&mut self) -> Result<Option<Change>, FormatError> {
+        Ok(self.next_borrowed()?.map(|(key_group, value)| Change {
+            key_group,
+            value: value.to_vec(),
+        }))
+    }
+
+    /// The next change's key group and value, borrowed from the logical bytes (nothing is
+    /// copied); `None` at the end of the block.
+    pub fn next_borrowed(&mut self) -> Result<Option<(i32, &'a [u8])>, FormatError> {
         while self.changes_left == 0 {
             if self.groups_left == 0 {
                 return Ok(None);
@@ -470,13 +479,10 @@ impl<'a> ChangeSetReader<'a> {
                 available: self.remaining() as u64,
             });
         }
-        let value = self.input[self.pos..self.pos + len].to_vec();
+        let value = &self.input[self.pos..self.pos + len];
         self.pos += len;
         self.changes_left -= 1;
-        Ok(Some(Change {
-            key_group: self.key_group,
-            value,
-        }))
+        Ok(Some((self.key_group, value)))
     }
 }
 

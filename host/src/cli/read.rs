@@ -49,9 +49,7 @@ pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
     let snapshots = list["snapshots"]
         .as_array()
         .with_context(|| format!("{}: no `snapshots` array", path.display()))?;
-    let recovery = dstl::Recovery::new(&config);
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    let mut handles = Vec::with_capacity(snapshots.len());
     for (n, snapshot) in snapshots.iter().enumerate() {
         let name = snapshot["name"].as_str().unwrap_or("").to_string();
         let what = |field: &str| format!("{}: snapshot {n} ({name}): {field}", path.display());
@@ -93,15 +91,44 @@ pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
             incremental_size: 0,
             storage_id: "filesystem".into(),
         };
-        let changes = recovery
-            .read(&handle)
-            .with_context(|| what("cannot read it"))?;
-        writeln!(
-            out,
-            "{name}\t{}\t{}",
-            changes.len(),
-            dstl::reader::digest(&changes)
-        )?;
+        handles.push((name, handle));
+    }
+    // Snapshots are read on every core at once; the recovery cache lets them share files.
+    let recovery = dstl::Recovery::new(&config);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<anyhow::Result<(u64, String)>>>> =
+        handles.iter().map(|_| Default::default()).collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(handles.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, handle)) = handles.get(i) else {
+                        return;
+                    };
+                    let mut digest = dstl::reader::Digest::default();
+                    let read = recovery
+                        .visit(handle, &mut |key_group, value| {
+                            digest.update(key_group, value)
+                        })
+                        .with_context(|| {
+                            format!("{}: snapshot {i} ({name}): cannot read it", path.display())
+                        })
+                        .map(|()| digest.finish());
+                    *results[i].lock().unwrap() = Some(read);
+                }
+            });
+        }
+    });
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for ((name, _), result) in handles.iter().zip(results) {
+        let (changes, sha256) = result
+            .into_inner()
+            .unwrap()
+            .expect("every snapshot was read")?;
+        writeln!(out, "{name}\t{changes}\t{sha256}")?;
     }
     out.flush()?;
     Ok(())

@@ -42,6 +42,16 @@ impl Recovery {
         reader::read_handle_cached(handle, &self.files, self.cache.as_ref())
     }
 
+    /// Calls `visit` with every change of `handle`, in order, without allocating per
+    /// change (see [`reader::visit_handle`]).
+    pub fn visit(
+        &self,
+        handle: &ChangelogHandle,
+        visit: &mut dyn FnMut(i32, &[u8]),
+    ) -> Result<(), ReadError> {
+        reader::visit_handle(handle, &self.files, self.cache.as_ref(), visit)
+    }
+
     /// The cache, if on.
     pub fn cache(&self) -> Option<&RecoveryCache> {
         self.cache.as_ref()

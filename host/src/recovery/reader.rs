@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dstl_proto::codec::{self, Change, FormatError};
+use dstl_proto::codec::{self, Change, ChangeSetReader, FormatError};
 use dstl_proto::types::ChangelogHandle;
 
 use super::cache::RecoveryCache;
@@ -71,6 +71,25 @@ pub fn read_handle_cached(
     files: &FileSource,
     cache: Option<&RecoveryCache>,
 ) -> Result<Vec<Change>, ReadError> {
+    let mut changes = Vec::new();
+    visit_handle(handle, files, cache, &mut |key_group, value| {
+        changes.push(Change {
+            key_group,
+            value: value.to_vec(),
+        })
+    })?;
+    Ok(changes)
+}
+
+/// Calls `visit` with every change of `handle`, in order, each value borrowed from the
+/// file's bytes: nothing is allocated per change. On an error, the changes visited so far
+/// are those before the damage.
+pub fn visit_handle(
+    handle: &ChangelogHandle,
+    files: &FileSource,
+    cache: Option<&RecoveryCache>,
+    visit: &mut dyn FnMut(i32, &[u8]),
+) -> Result<(), ReadError> {
     // The files in first-use order, each with the lowest offset the handle needs.
     let mut needed: Vec<(&str, u64, u64)> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -85,7 +104,6 @@ pub fn read_handle_cached(
         }
     }
     let fetched = fetch_all(&needed, files, cache)?;
-    let mut changes = Vec::new();
     for entry in &handle.entries {
         let path = entry.handle.path.as_str();
         let logical = &fetched[index[path]];
@@ -100,9 +118,12 @@ pub fn read_handle_cached(
                 len: entry.handle.file_size,
             })
         })?;
-        changes.extend(codec::decode_change_set(logical.bytes(), relative).map_err(format)?);
+        let mut reader = ChangeSetReader::new(logical.bytes(), relative).map_err(format)?;
+        while let Some((key_group, value)) = reader.next_borrowed().map_err(format)? {
+            visit(key_group, value);
+        }
     }
-    Ok(changes)
+    Ok(())
 }
 
 /// The logical bytes of a file a read needs.
@@ -218,18 +239,41 @@ fn fetch_whole(files: &FileSource, path: &str, file_size: u64) -> Result<Vec<u8>
 }
 
 /// SHA-256 over every change in order: key group and value length as 4-byte big-endian,
-/// then the value (the digest `golden/` calls `expectedTotalSha256`).
+/// then the value (the digest the golden files call `expectedTotalSha256`).
 pub fn digest(changes: &[Change]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
+    let mut digest = Digest::default();
     for change in changes {
-        hasher.update(change.key_group.to_be_bytes());
-        hasher.update((change.value.len() as u32).to_be_bytes());
-        hasher.update(&change.value);
+        digest.update(change.key_group, &change.value);
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    digest.finish().1
+}
+
+/// [`digest`], one change at a time, with the number of changes.
+#[derive(Default)]
+pub struct Digest {
+    hasher: sha2::Sha256,
+    changes: u64,
+}
+
+impl Digest {
+    /// Adds one change.
+    pub fn update(&mut self, key_group: i32, value: &[u8]) {
+        use sha2::Digest as _;
+        self.hasher.update(key_group.to_be_bytes());
+        self.hasher.update((value.len() as u32).to_be_bytes());
+        self.hasher.update(value);
+        self.changes += 1;
+    }
+
+    /// The number of changes and the lowercase hex digest.
+    pub fn finish(self) -> (u64, String) {
+        use sha2::Digest as _;
+        let hex = self
+            .hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        (self.changes, hex)
+    }
 }
