@@ -38,6 +38,9 @@ pub(super) fn read(path: &Path, digest: bool, local: bool, conf: &ConfArgs) -> a
     Ok(())
 }
 
+/// Where a reading thread leaves a snapshot's change count and digest.
+type Slot = std::sync::Mutex<Option<anyhow::Result<(u64, String)>>>;
+
 /// `dstl read-list`: every snapshot of a handle list, through one [`dstl::Recovery`].
 pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
     let config = conf.build(DEFAULT_DIR)?;
@@ -96,8 +99,7 @@ pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
     // Snapshots are read on every core at once; the recovery cache lets them share files.
     let recovery = dstl::Recovery::new(&config);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<anyhow::Result<(u64, String)>>>> =
-        handles.iter().map(|_| Default::default()).collect();
+    let results: Vec<Slot> = handles.iter().map(|_| Default::default()).collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
         for _ in 0..threads.min(handles.len()) {
