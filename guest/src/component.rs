@@ -14,6 +14,7 @@ wit_bindgen::generate!({
 
 use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
+use exports::dstl::changelog::files::{self, Guest as FilesGuest};
 use exports::dstl::changelog::reader::Guest as ReaderGuest;
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
@@ -276,6 +277,19 @@ impl ReaderGuest for Component {
         codec::logical_bytes(&file)
             .map(|c| c.into_owned())
             .map_err(|e| e.to_string())
+    }
+}
+
+impl FilesGuest for Component {
+    fn encode_file(blocks: Vec<Vec<u8>>, compression: bool) -> Result<files::EncodedFile, String> {
+        let (bytes, offsets) =
+            codec::encode_file(&blocks, compression).map_err(|e| e.to_string())?;
+        let logical_size = blocks.iter().map(|b| b.len() as u64).sum();
+        Ok(files::EncodedFile {
+            bytes,
+            offsets,
+            logical_size,
+        })
     }
 }
 

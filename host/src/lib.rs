@@ -46,7 +46,7 @@ pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use recovery::reader::ReadError;
 pub use recovery::{Recovery, gc, manifest, reader};
 pub use registry::{LocalRegistry, TaskRegistry, WriterId};
-pub use sandbox::{ComponentDecoder, WriterComponent};
+pub use sandbox::{ComponentCodec, WriterComponent};
 pub use storage::ChangelogStorage;
 pub use store::{
     FileSource, LocalStore, Location, LocationError, S3Settings, S3Store, Store, StoredFile,

@@ -14,7 +14,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::recovery::Recovery;
 use crate::recovery::reader::{self, ReadError};
 use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
-use crate::sandbox::{ComponentDecoder, Runtime, WriterComponent};
+use crate::sandbox::{ComponentCodec, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
 use crate::upload::buffers::BlockPool;
@@ -207,9 +207,9 @@ impl ChangelogStorage {
     }
 
     /// A sandboxed instance of the component's own decoder (the `reader` export).
-    pub fn component_decoder(&self) -> Result<ComponentDecoder, Error> {
+    pub fn component_codec(&self) -> Result<ComponentCodec, Error> {
         let config = &self.services.config;
-        ComponentDecoder::new(
+        ComponentCodec::new(
             &self.wasm.pre,
             self.services.clone(),
             config.writer_memory_limit,

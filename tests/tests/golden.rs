@@ -8,7 +8,7 @@ use std::path::Path;
 
 use dstl::codec::{ChangeSetReader, FormatError};
 use dstl::reader::{self, ReadError};
-use dstl::{Change, ChangelogHandle, ChangelogStorage, ComponentDecoder};
+use dstl::{Change, ChangelogHandle, ChangelogStorage, ComponentCodec};
 use dstl_tests::golden::{
     ExpectedFormat, GoldenSet, GoldenSnapshot, canonical, copy_set, golden_digest,
     parse_handles_file, sha256_hex,
@@ -23,11 +23,11 @@ fn lines(format: ExpectedFormat, changes: &[Change]) -> Vec<String> {
 }
 
 /// A storage on a fresh directory, for its component decoder.
-fn decoder() -> (tempfile::TempDir, ChangelogStorage, ComponentDecoder) {
+fn decoder() -> (tempfile::TempDir, ChangelogStorage, ComponentCodec) {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &["dstl.writer.max-writers=4"]);
     let decoder = storage
-        .component_decoder()
+        .component_codec()
         .expect("component decoder instantiates");
     (tmp, storage, decoder)
 }
@@ -191,7 +191,7 @@ fn storage_read_equals_reader() {
 }
 
 #[test]
-fn component_decoder_matches_host_reader_on_golden_files() {
+fn component_codec_matches_host_reader_on_golden_files() {
     let (_tmp, _storage, mut decoder) = decoder();
     let mut change_sets = 0;
     for set in GoldenSet::all() {
@@ -250,8 +250,45 @@ fn component_decoder_matches_host_reader_on_golden_files() {
     assert!(change_sets >= 18, "walked {change_sets} change sets");
 }
 
+/// The component's file encoder (for hosts that cannot link the codec) writes exactly
+/// what the host's codec writes: the plain files Flink wrote, byte for byte, and
+/// compressed files whose logical bytes are Flink's.
 #[test]
-fn component_decoder_rejects_bad_input_without_trapping() {
+fn component_codec_encodes_files_as_the_host_codec_does() {
+    let (_tmp, _storage, mut codec) = decoder();
+    for set in GoldenSet::all() {
+        for file in &set.files {
+            let what = format!("{} {}", set.name, file.relative);
+            let bytes = std::fs::read(&file.path).unwrap();
+            let logical = dstl::codec::logical_bytes(&bytes).unwrap().into_owned();
+            let offsets = change_set_offsets(&logical);
+            let blocks: Vec<Vec<u8>> = offsets
+                .iter()
+                .zip(offsets.iter().skip(1).chain([&(logical.len() as u64)]))
+                .map(|(&a, &b)| logical[a as usize..b as usize].to_vec())
+                .collect();
+            for compression in [false, true] {
+                let (file_bytes, file_offsets, size) = codec
+                    .encode_file(&blocks, compression)
+                    .unwrap_or_else(|e| panic!("{what}: component encode_file: {e}"));
+                let (host_bytes, host_offsets) =
+                    dstl::codec::encode_file(&blocks, compression).unwrap();
+                assert_eq!(file_bytes, host_bytes, "{what} compression={compression}");
+                assert_eq!(file_offsets, host_offsets, "{what}");
+                assert_eq!(file_offsets, offsets, "{what}: block offsets");
+                assert_eq!(size, logical.len() as u64, "{what}: logical size");
+                if !set.compression && !compression {
+                    assert_eq!(file_bytes, bytes, "{what}: Flink's own bytes");
+                }
+                let back = dstl::codec::logical_bytes(&file_bytes).unwrap();
+                assert_eq!(&back[..], &logical[..], "{what}: round trip");
+            }
+        }
+    }
+}
+
+#[test]
+fn component_codec_rejects_bad_input_without_trapping() {
     let (_tmp, _storage, mut decoder) = decoder();
     let set = GoldenSet::load("snappy");
     let bytes = std::fs::read(&set.files[0].path).unwrap();

@@ -771,7 +771,7 @@ fn absurd_handles_fail_to_read_with_typed_errors() {
             };
         }
         // The sandboxed decoder answers with an error, never a trap.
-        let mut decoder = storage.component_decoder().unwrap();
+        let mut decoder = storage.component_codec().unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let logical = decoder.logical_bytes(&bytes).unwrap();
         for offset in [u64::MAX, logical.len() as u64 + 1, offset + 3] {

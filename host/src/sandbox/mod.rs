@@ -3,18 +3,18 @@
 //! writer a store and an instance ([`instance`]) whose data ([`context`]) serves the
 //! component's imports ([`imports`]); the generated [`bindings`] and their conversions to
 //! `dstl_proto` types; traps and their kinds ([`trap`]); and the component's exported
-//! decoder ([`decoder`]). Above this layer nothing sees a wasmtime type.
+//! codec ([`codec`]). Above this layer nothing sees a wasmtime type.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
+pub(crate) mod codec;
 pub(crate) mod context;
-pub(crate) mod decoder;
 pub(crate) mod engine;
 pub(crate) mod imports;
 pub(crate) mod instance;
 pub(crate) mod trap;
 
-pub use decoder::ComponentDecoder;
+pub use codec::ComponentCodec;
 pub(crate) use engine::Runtime;
 pub use engine::WriterComponent;
 pub(crate) use instance::{Call, Instance, Limits};

@@ -7,6 +7,7 @@ wit_bindgen::generate!({
 
 use dstl::changelog::types as w;
 use dstl::changelog::{local_registry, registry, uploader};
+use exports::dstl::changelog::files::{self, Guest as FilesGuest};
 use exports::dstl::changelog::reader::Guest as ReaderGuest;
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
@@ -160,6 +161,15 @@ impl ReaderGuest for Component {
 
     fn logical_bytes(_file: Vec<u8>) -> Result<Vec<u8>, String> {
         Err("this component does not decode".into())
+    }
+}
+
+impl FilesGuest for Component {
+    fn encode_file(
+        _blocks: Vec<Vec<u8>>,
+        _compression: bool,
+    ) -> Result<files::EncodedFile, String> {
+        Err("this component does not encode".into())
     }
 }
 

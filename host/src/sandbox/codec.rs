@@ -1,6 +1,6 @@
-//! The component's exported decoder (the `reader` interface), in a sandbox of its own:
-//! the tests hold it against the host's reader, so the format is proven to decode the
-//! same inside and outside the component.
+//! The component's exported codec (the `reader` and `files` interfaces), in a sandbox of
+//! its own: the tests hold it against the host's reader and file writer, so the format is
+//! proven to be the same inside and outside the component.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -23,14 +23,14 @@ impl OutcomeSink for NoWriter {
     fn deliver(&self, _: UploadOutcome) {}
 }
 
-/// The component's exported decoder, for checking it against the host's reader.
-pub struct ComponentDecoder {
+/// The component's exported codec, for checking it against the host's reader and writer.
+pub struct ComponentCodec {
     store: Store<WriterCtx>,
     bindings: Changelog,
     call_timeout: Duration,
 }
 
-impl ComponentDecoder {
+impl ComponentCodec {
     pub(crate) fn new(
         pre: &ChangelogPre<WriterCtx>,
         services: Arc<Services>,
@@ -38,7 +38,7 @@ impl ComponentDecoder {
         call_timeout: Duration,
     ) -> Result<Self, Trap> {
         let sink: Weak<dyn OutcomeSink> = Weak::<NoWriter>::new();
-        let ctx = WriterCtx::new("decoder", 0, memory_limit, call_timeout, services, sink);
+        let ctx = WriterCtx::new("codec", 0, memory_limit, call_timeout, services, sink);
         let mut store = new_store(pre.engine(), ctx);
         let bindings = pre
             .instantiate(&mut store)
@@ -51,7 +51,7 @@ impl ComponentDecoder {
     }
 
     fn trap(e: wasmtime::Error) -> String {
-        format!("decoder sandbox trapped: {e:#}")
+        format!("codec sandbox trapped: {e:#}")
     }
 
     fn start_call(&mut self) {
@@ -67,6 +67,22 @@ impl ComponentDecoder {
             .dstl_changelog_reader()
             .call_logical_bytes(&mut self.store, file)
             .map_err(Self::trap)?
+    }
+
+    /// A file holding `blocks`, encoded inside the sandbox: its bytes, each block's
+    /// logical offset, and the logical length.
+    pub fn encode_file(
+        &mut self,
+        blocks: &[Vec<u8>],
+        compression: bool,
+    ) -> Result<(Vec<u8>, Vec<u64>, u64), String> {
+        self.start_call();
+        let file = self
+            .bindings
+            .dstl_changelog_files()
+            .call_encode_file(&mut self.store, blocks, compression)
+            .map_err(Self::trap)??;
+        Ok((file.bytes, file.offsets, file.logical_size))
     }
 
     /// The change set at `offset` of `logical`, decoded inside the sandbox.
