@@ -40,12 +40,7 @@ impl LocalRegistry {
     /// `writer` was given `count` change sets in the local file `path`.
     pub(crate) fn hold(&self, writer: WriterId, path: &str, count: u64) {
         let mut files = self.files.lock().unwrap();
-        let owner = files
-            .entry(path.to_string())
-            .or_default()
-            .entry(writer)
-            .or_default();
-        owner.refs += count;
+        claim(&mut files, writer, path).refs += count;
     }
 
     /// `writer` no longer needs one change set in `path`.
@@ -68,11 +63,7 @@ impl LocalRegistry {
     /// Marks `path` as used by `checkpoint` of `writer`, keeping the highest id.
     pub fn register(&self, writer: WriterId, path: &str, checkpoint: i64) {
         let mut files = self.files.lock().unwrap();
-        let owner = files
-            .entry(path.to_string())
-            .or_default()
-            .entry(writer)
-            .or_default();
+        let owner = claim(&mut files, writer, path);
         owner.last_checkpoint = Some(
             owner
                 .last_checkpoint
@@ -160,4 +151,17 @@ impl LocalRegistry {
             self.discarder.discard(path.to_string());
         }
     }
+}
+
+/// `writer`'s claim on `path`, made if it has none.
+fn claim<'a>(
+    files: &'a mut HashMap<String, HashMap<WriterId, Owner>>,
+    writer: WriterId,
+    path: &str,
+) -> &'a mut Owner {
+    files
+        .entry(path.to_string())
+        .or_default()
+        .entry(writer)
+        .or_default()
 }

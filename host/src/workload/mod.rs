@@ -127,26 +127,11 @@ pub fn run(
     };
     let pool = Pool::new(workload.seed, workload.change_size);
     let started = Instant::now();
-    let outcomes: Vec<anyhow::Result<WriterOutcome>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workload.writers)
-            .map(|index| {
-                let appended = &appended;
-                let pool = &pool;
-                scope.spawn(move || {
-                    run_writer(storage, workload, pool, index, share(index), &|n| {
-                        progress(appended.fetch_add(n, Ordering::Relaxed) + n)
-                    })
-                    .with_context(|| format!("writer op-{index}"))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("writer thread panicked")))
-            })
-            .collect()
+    let outcomes = on_threads(workload.writers, |index| {
+        run_writer(storage, workload, &pool, index, share(index), &|n| {
+            progress(appended.fetch_add(n, Ordering::Relaxed) + n)
+        })
+        .with_context(|| format!("writer op-{index}"))
     });
     storage.wait_idle();
     let wall = started.elapsed();
@@ -190,6 +175,25 @@ pub fn run(
         verified,
         dir: storage.config().job_dir().display().to_string(),
         metrics,
+    })
+}
+
+/// Runs `f(0..n)` on `n` threads at once (one operator each) and returns their results
+/// in order.
+pub(crate) fn on_threads<T: Send>(
+    n: usize,
+    f: impl Fn(usize) -> anyhow::Result<T> + Sync,
+) -> Vec<anyhow::Result<T>> {
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = (0..n).map(|index| scope.spawn(move || f(index))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("writer thread panicked")))
+            })
+            .collect()
     })
 }
 

@@ -92,20 +92,8 @@ pub fn write(
         bail!("the recovery workload needs writers and a checkpoint interval");
     }
     let pool = Pool::new(workload.seed, workload.change_size);
-    let per_writer: Vec<anyhow::Result<Vec<WrittenSnapshot>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workload.writers)
-            .map(|index| {
-                let pool = &pool;
-                scope.spawn(move || write_one(storage, workload, pool, index))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("writer thread panicked")))
-            })
-            .collect()
+    let per_writer = super::on_threads(workload.writers, |index| {
+        write_one(storage, workload, &pool, index)
     });
     let mut snapshots = Vec::new();
     for written in per_writer {
