@@ -9,8 +9,9 @@
 //   1000 × 100 B, uploaded to a local directory with fsync (no batching delay)
 // - new writer: instantiating one more writer (its own component instance), and the
 //   resident memory per idle writer
-// - small: `node dstl-run.mjs` on the standard workload (1 writer, 2,000,000 changes of
-//   100 B, 128 key groups, checkpoint every 10,000 appends) in a fresh directory
+// - small, fanout, large, small-z: `node dstl-run.mjs` on `dstl bench`'s standard
+//   workloads (same writers, changes, sizes, compression, seed; checkpoint every
+//   10,000 / writers appends per writer), each in a fresh directory
 //
 // usage: node js/bench.mjs [--quick] [--json] [--only NAME,...]
 
@@ -173,12 +174,33 @@ async function benchNewWriter(dir) {
   return { writers: n, us_per_writer: (elapsed * 1000) / n, kib_per_writer: ((after - before) * 1e6) / 1024 / n };
 }
 
-async function benchSmall(dir) {
+/**
+ * `dstl bench`'s standard workloads (host/src/workload/mod.rs `Workload::standard`): 128
+ * key groups, seed 42, 10,000 appends over all writers between checkpoints.
+ */
+const WORKLOADS = {
+  small: { writers: 1, changes: 2_000_000, changeSize: 100, compression: false },
+  fanout: { writers: 8, changes: 2_000_000, changeSize: 100, compression: false },
+  large: { writers: 1, changes: 200_000, changeSize: 4096, compression: false },
+  'small-z': { writers: 1, changes: 2_000_000, changeSize: 100, compression: true },
+};
+
+/** `node dstl-run.mjs` on a standard workload, in a fresh directory (as `dstl bench`). */
+async function benchWorkload(name, dir) {
+  const load = WORKLOADS[name];
   const run = promisify(execFile);
   const cli = fileURLToPath(new URL('./dstl-run.mjs', import.meta.url));
-  const changes = options.quick ? '100000' : '2000000';
+  let changes = load.changes;
+  let checkpointEvery = Math.floor(10_000 / load.writers);
+  if (options.quick) {
+    // As `dstl bench --quick`: a hundredth of the work.
+    changes = Math.floor(changes / 100);
+    checkpointEvery = Math.ceil(checkpointEvery / 100);
+  }
+  const args = [cli, '--dir', dir, '--writers', String(load.writers), '--changes', String(changes), '--change-size', String(load.changeSize), '--key-groups', '128', '--checkpoint-every', String(checkpointEvery), '--seed', '42', '--json'];
+  if (load.compression) args.push('--compression');
   const start = performance.now();
-  const { stdout } = await run(process.execPath, [cli, '--dir', dir, '--writers', '1', '--changes', changes, '--change-size', '100', '--key-groups', '128', '--checkpoint-every', '10000', '--seed', '42', '--json'], { maxBuffer: 1 << 24 });
+  const { stdout } = await run(process.execPath, args, { maxBuffer: 1 << 24 });
   const processS = (performance.now() - start) / 1000;
   const s = JSON.parse(stdout);
   return {
@@ -189,6 +211,7 @@ async function benchSmall(dir) {
     peak_rss_mb: s.peak_rss_mb,
     wall_s: s.wall_s,
     process_s: processS,
+    checkpoints: s.checkpoints,
     files: s.files,
     verified: s.verified,
   };
@@ -199,7 +222,7 @@ const benches = [
   ['append_batch', benchAppendBatch],
   ['persist', benchPersist],
   ['new_writer', benchNewWriter],
-  ['small', benchSmall],
+  ...Object.keys(WORKLOADS).map((name) => [name, (dir) => benchWorkload(name, dir)]),
 ];
 for (const [name, bench] of benches) {
   if (only && !only.has(name)) continue;
@@ -219,9 +242,10 @@ else {
   if (results.append_batch) lines.push(`append_batch/1000x100B   ${f(results.append_batch.best_ns)} ns per change (median ${f(results.append_batch.median_ns)})`);
   if (results.persist) lines.push(`persist/1000x100B        ${f(results.persist.best_ms, 2)} ms per persist (median ${f(results.persist.median_ms, 2)})`);
   if (results.new_writer) lines.push(`new writer               ${f(results.new_writer.us_per_writer)} µs, ${f(results.new_writer.kib_per_writer)} KiB per idle writer (${results.new_writer.writers} writers)`);
-  if (results.small) {
-    const s = results.small;
-    lines.push(`small                    ${(s.appends_per_s / 1e6).toFixed(2)} M appends/s, ${f(s.payload_mb_per_s)} MB/s, persist p50 ${f(s.persist_p50_ms)} / p99 ${f(s.persist_p99_ms)} ms, peak RSS ${f(s.peak_rss_mb, 0)} MB, process ${f(s.process_s, 2)} s, verified ${s.verified}`);
+  for (const name of Object.keys(WORKLOADS)) {
+    const s = results[name];
+    if (!s) continue;
+    lines.push(`${name.padEnd(25)}${(s.appends_per_s / 1e6).toFixed(2)} M appends/s, ${f(s.payload_mb_per_s)} MB/s, persist p50 ${f(s.persist_p50_ms)} / p99 ${f(s.persist_p99_ms)} ms, peak RSS ${f(s.peak_rss_mb, 0)} MB, process ${f(s.process_s, 2)} s, verified ${s.verified}`);
   }
   process.stdout.write(`${lines.join('\n')}\n`);
 }

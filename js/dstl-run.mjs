@@ -4,15 +4,16 @@
 // rewritten after each checkpoint with `--manifests DIR`; at the end every writer's last
 // checkpoint is read back and checked against the changes regenerated from the seed.
 //
-// Same options, same changes for the same seed (the generator is rand_chacha's ChaCha8),
-// same manifest JSON and same `--json` summary fields as the wasmtime host's `dstl run`.
+// Same options, same protocol (host/src/workload/mod.rs), same changes for the same seed
+// (copied from a pool of rand_chacha ChaCha8 bytes: lib/workload.mjs), same manifest JSON
+// and same `--json` summary fields as the wasmtime host's `dstl run`.
 
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 import { ChangelogStorage, Config, DstlError, digest, manifestFromSnapshot, storeManifest } from './lib/index.mjs';
-import { Changes, generatedBatches } from './lib/workload.mjs';
+import { BATCH, Changes, Pool } from './lib/workload.mjs';
 
 const USAGE = `usage: node js/dstl-run.mjs [options]
 
@@ -29,9 +30,6 @@ const USAGE = `usage: node js/dstl-run.mjs [options]
   --json                  print the summary as one JSON object on stdout
   --wasm PATH             the writer component (default: $DSTL_GUEST_WASM or the cargo build)
   -h, --help              this text`;
-
-/** Checkpoints whose persist may run while the operator appends on. */
-const OUTSTANDING_CHECKPOINTS = 2;
 
 class UsageError extends Error {}
 
@@ -94,104 +92,119 @@ function percentile(sorted, p) {
 }
 
 /**
- * One operator: appends in packed batches and triggers a checkpoint every
- * `checkpointEvery` appends; completed persists are confirmed in order (as the
- * checkpoint coordinator would), truncating up to the end of the checkpoint before.
- * Checkpoint k persists from the end of checkpoint k-2 (as `dstl run`).
+ * One operator, with the protocol of the Flink harness (as `dstl run`,
+ * host/src/workload/mod.rs `run_writer`): appends in packed batches; after every
+ * `checkpointEvery` appends, `to = nextSequenceNumber()` and `persist(from = the end of
+ * the last confirmed checkpoint)`. The operator never waits for a checkpoint (only the
+ * in-flight limit holds it); after each batch it takes, in order, the persists that
+ * completed meanwhile and confirms each (as the checkpoint coordinator would tell the
+ * task), truncating to its end when that is past the confirmed end. After the last
+ * append it takes a final checkpoint and waits for every persist, in order.
  */
-async function runWriter(storage, workload, index, changes, progress) {
+async function runWriter(storage, workload, pool, index, changes, progress) {
   const name = `op-${index}`;
   const writer = storage.createWriter(name, { start: 0, end: workload.keyGroups - 1 });
+  const source = new Changes(pool, index, workload.keyGroups);
   const outcome = { latencies: [], checkpoints: 0, last: null };
-  const inFlight = [];
-  let coordinator = Promise.resolve();
-  const confirmWhenDone = (pending) =>
-    coordinator.then(async () => {
-      const snapshot = await pending.promise;
-      outcome.latencies.push(performance.now() - pending.started);
-      writer.confirm(pending.from, pending.to, pending.checkpoint);
-      writer.truncate(pending.truncateTo);
-      if (workload.manifests) {
-        const manifest = manifestFromSnapshot(snapshot, {
-          writer: name,
-          checkpointId: pending.checkpoint,
-          sequenceFrom: pending.from,
-          sequenceTo: pending.to,
-          changes: pending.changes,
-        });
-        const path = join(workload.manifests, `${name}.json`);
-        try {
-          await storeManifest(path, manifest);
-        } catch (e) {
-          throw new Error(`cannot write manifest ${path}: ${e.message}`);
-        }
+  // The end of the last confirmed checkpoint: (sequence number, change index), where the
+  // next persist starts.
+  let confirmed = [0n, 0];
+  /** A persist completed: confirm, truncate, record, write the manifest. */
+  const confirm = async (checkpoint, snapshot) => {
+    outcome.latencies.push(performance.now() - checkpoint.started);
+    writer.confirm(checkpoint.from, checkpoint.to, checkpoint.id);
+    if (checkpoint.to > confirmed[0]) {
+      writer.truncate(checkpoint.to);
+      confirmed = [checkpoint.to, checkpoint.changes[1]];
+    }
+    if (workload.manifests) {
+      const manifest = manifestFromSnapshot(snapshot, {
+        writer: name,
+        checkpointId: checkpoint.id,
+        sequenceFrom: checkpoint.from,
+        sequenceTo: checkpoint.to,
+        changes: checkpoint.changes,
+      });
+      const path = join(workload.manifests, `${name}.json`);
+      try {
+        await storeManifest(path, manifest);
+      } catch (e) {
+        throw new Error(`cannot write manifest ${path}: ${e.message}`);
       }
-      outcome.checkpoints++;
-      outcome.last = { snapshot, from: pending.changes[0], to: pending.changes[1] };
-    });
+    }
+    outcome.checkpoints++;
+    outcome.last = { snapshot, from: checkpoint.changes[0], to: checkpoint.changes[1] };
+  };
+  /** @type {{settled: boolean, value?: object, error?: unknown, promise: Promise<object>, checkpoint: object}[]} */
+  const pending = [];
   let done = 0;
   let sinceCheckpoint = 0;
   let checkpoint = 0;
-  // (sequence number, change index) at the ends of the last two checkpoints.
-  let ends = [
-    [0n, 0],
-    [0n, 0],
-  ];
-  // The operator's input: generated on a worker thread, as records arrive from upstream,
-  // in packed batches that end at checkpoint boundaries.
-  for await (const { keyGroups, lengths, data } of generatedBatches(workload, index, changes)) {
-    const n = keyGroups.length;
-    // The in-flight limit is an admission before appending: Node cannot block inside
-    // the writer's upload import.
+  while (done < changes) {
+    const n = Math.min(BATCH, changes - done, workload.checkpointEvery - sinceCheckpoint);
+    // Back-pressure: the in-flight limit is an admission before appending (Node cannot
+    // block inside the writer's upload import).
     if (!storage.isAvailable()) await storage.available();
+    // The operator's input, copied from the pool as records arrive from upstream, into
+    // the pool's one batch: appended before anything else runs.
+    const { keyGroups, lengths, data } = source.batch(done, n);
     writer.appendBatch(keyGroups, lengths, data);
     done += n;
     sinceCheckpoint += n;
     progress(n);
+    // Let uploads (and other writers) progress, as they would on their own threads.
+    await yieldToEventLoop();
+    // Persists that completed meanwhile, in order (a later one never completes before
+    // an earlier one: its range holds the earlier one's).
+    while (pending.length > 0 && pending[0].settled) {
+      const finished = pending.shift();
+      if (finished.error !== undefined) throw finished.error;
+      await confirm(finished.checkpoint, finished.value);
+    }
     if (sinceCheckpoint === workload.checkpointEvery || done === changes) {
       checkpoint++;
       const to = writer.nextSequenceNumber();
-      const [from, first] = ends[0];
-      const pending = {
-        started: performance.now(),
+      const [from, first] = confirmed;
+      const started = performance.now();
+      const entry = {
+        settled: false,
         promise: writer.persist(from, checkpoint),
-        checkpoint,
-        from,
-        to,
-        truncateTo: ends[1][0],
-        changes: [first, done],
+        checkpoint: { started, id: checkpoint, from, to, changes: [first, done] },
       };
-      ends = [ends[1], [to, done]];
-      coordinator = confirmWhenDone(pending);
-      inFlight.push(coordinator);
+      entry.promise.then(
+        (value) => {
+          entry.settled = true;
+          entry.value = value;
+        },
+        (error) => {
+          entry.settled = true;
+          entry.error = error;
+        },
+      );
+      pending.push(entry);
       sinceCheckpoint = 0;
-      // As `dstl run`: with this persist started, the operator waits while more than
-      // OUTSTANDING_CHECKPOINTS are unconfirmed.
-      while (inFlight.length > OUTSTANDING_CHECKPOINTS) await inFlight.shift();
     }
   }
-  await coordinator;
+  for (const { promise, checkpoint: finished } of pending) await confirm(finished, await promise);
   writer.close();
   return outcome;
 }
 
+/** Resolves after the event loop's next turn (I/O callbacks included). */
+function yieldToEventLoop() {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 /** The changes [from, to) of writer `index`, regenerated from the seed. */
-function expectedChanges(workload, index, from, to) {
-  const source = new Changes(workload, index);
-  const kg = new Int32Array(1);
-  const len = new Uint32Array(1);
+function expectedChanges(workload, pool, index, from, to) {
+  const source = new Changes(pool, index, workload.keyGroups);
   const out = [];
-  const scratch = new Uint8Array(workload.changeSize);
-  for (let i = 0; i < to; i++) {
-    const value = i >= from ? new Uint8Array(workload.changeSize) : scratch;
-    source.nextInto(kg, len, value, 0, 0);
-    if (i >= from) out.push([kg[0], value]);
-  }
+  for (let i = from; i < to; i++) out.push([source.keyGroup(i), source.value(i)]);
   return out;
 }
 
 /** Compares per key group, in append order (the format keeps no order across them). */
-function verify(workload, index, changes, from, to) {
+function verify(workload, pool, index, changes, from, to) {
   const group = (list) => {
     const map = new Map();
     for (const [kg, value] of list) {
@@ -200,7 +213,7 @@ function verify(workload, index, changes, from, to) {
     }
     return map;
   };
-  const want = group(expectedChanges(workload, index, from, to));
+  const want = group(expectedChanges(workload, pool, index, from, to));
   const got = group(changes.map((c) => [c.keyGroup, c.value]));
   if (want.size !== got.size) return false;
   for (const [kg, values] of want) {
@@ -245,10 +258,12 @@ async function main(argv) {
     }
   };
   const share = (i) => Math.floor(workload.changes / workload.writers) + (i < workload.changes % workload.writers ? 1 : 0);
+  // The input pool, before the clock starts (as `dstl run`).
+  const pool = new Pool(workload.seed, workload.changeSize);
   const started = performance.now();
   const outcomes = await Promise.all(
     Array.from({ length: workload.writers }, (_, i) =>
-      runWriter(storage, workload, i, share(i), progress).catch((e) => {
+      runWriter(storage, workload, pool, i, share(i), progress).catch((e) => {
         e.message = `writer op-${i}: ${e.message}`;
         throw e;
       }),
@@ -256,6 +271,8 @@ async function main(argv) {
   );
   await storage.idle();
   const wall = (performance.now() - started) / 1000;
+  // The workload's memory, before verification reads the last checkpoints back.
+  const peakRssMb = process.resourceUsage().maxRSS / 1024;
   if (showProgress) process.stderr.write('\n');
   let verified = true;
   const latencies = [];
@@ -270,7 +287,7 @@ async function main(argv) {
     }
     const changes = await storage.read(outcome.last.snapshot.remote);
     digests[`op-${i}`] = `changes=${changes.length} sha256=${digest(changes)}`;
-    if (!verify(workload, i, changes, outcome.last.from, outcome.last.to)) {
+    if (!verify(workload, pool, i, changes, outcome.last.from, outcome.last.to)) {
       throw new Error(
         `verification failed: the last checkpoint of op-${i} read back ${changes.length} changes but changes ${outcome.last.from}..${outcome.last.to} were appended, or their bytes differ`,
       );
@@ -292,7 +309,7 @@ async function main(argv) {
     payload_mb_per_s: payload / 1e6 / wall,
     persist_p50_ms: percentile(latencies, 0.5),
     persist_p99_ms: percentile(latencies, 0.99),
-    peak_rss_mb: process.resourceUsage().maxRSS / 1024,
+    peak_rss_mb: peakRssMb,
     verified,
     dir: storage.config.jobDir(),
     metrics,
