@@ -17,6 +17,7 @@ use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
 use crate::sandbox::{ComponentDecoder, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
+use crate::telemetry::WriterLabels;
 use crate::upload::scheduler::SchedulerSettings;
 use crate::upload::throttle::Availability;
 use crate::upload::{RetryPolicy, Scheduler, Uploader};
@@ -107,6 +108,7 @@ impl ChangelogStorage {
             task: TaskRegistry::new(discarder.clone()),
             local: LocalRegistry::new(discarder.clone()),
         };
+        crate::telemetry::describe();
         let metrics = Arc::new(Metrics::default());
         let uploader = Arc::new(Uploader {
             store: store.clone(),
@@ -133,6 +135,7 @@ impl ChangelogStorage {
             remote: store,
             wasm,
             services: Arc::new(Services {
+                writer_labels: WriterLabels::new(config.metrics_writer_label_limit),
                 config,
                 scheduler,
                 registries,

@@ -107,6 +107,10 @@ pub struct Config {
     pub writer_call_timeout: Duration,
     /// How to reach S3-compatible stores (`dstl.s3.*`).
     pub s3: crate::store::S3Settings,
+    /// Distinct writer names that get a `writer` label of their own in the metrics; later
+    /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
+    /// [`crate::telemetry`]).
+    pub metrics_writer_label_limit: usize,
 }
 
 /// The retry policies (Flink's `fixed` and `none`).
@@ -144,6 +148,7 @@ impl Default for Config {
             max_writers: 1024,
             writer_call_timeout: Duration::from_secs(10),
             s3: crate::store::S3Settings::default(),
+            metrics_writer_label_limit: 100,
         }
     }
 }
@@ -178,6 +183,7 @@ pub const KEYS: &[&str] = &[
     "dstl.s3.secret-access-key",
     "dstl.s3.allow-http",
     "dstl.s3.request-timeout",
+    "dstl.metrics.writer-label-limit",
 ];
 
 const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)";
@@ -289,6 +295,12 @@ impl Config {
             "dstl.s3.secret-access-key" => self.s3.secret_access_key = Some(value.to_string()),
             "dstl.s3.allow-http" => self.s3.allow_http = Some(boolean()?),
             "dstl.s3.request-timeout" => self.s3.request_timeout = Some(duration()?),
+            "dstl.metrics.writer-label-limit" => {
+                self.metrics_writer_label_limit = value
+                    .parse::<u32>()
+                    .map_err(|_| invalid("a whole number (0 labels no writer by name)"))?
+                    as usize
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())
@@ -427,6 +439,7 @@ impl Config {
             self.s3
                 .request_timeout
                 .map_or_else(|| "30000 ms".into(), ms),
+            self.metrics_writer_label_limit.to_string(),
         ];
         KEYS.iter().copied().zip(values).collect()
     }

@@ -71,6 +71,36 @@ pub fn read_handle_cached(
     files: &FileSource,
     cache: Option<&RecoveryCache>,
 ) -> Result<Vec<Change>, ReadError> {
+    let span = tracing::debug_span!(
+        "recovery_read",
+        entries = handle.entries.len(),
+        files = tracing::field::Empty,
+        state_size = handle.state_size,
+        changes = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+    let result = read_entries(handle, files, cache, &span);
+    match &result {
+        Ok(changes) => {
+            span.record("changes", changes.len());
+            span.record("outcome", "ok");
+            tracing::debug!("recovery read finished");
+        }
+        Err(error) => {
+            span.record("outcome", "failed");
+            tracing::debug!(%error, "recovery read failed");
+        }
+    }
+    result
+}
+
+fn read_entries(
+    handle: &ChangelogHandle,
+    files: &FileSource,
+    cache: Option<&RecoveryCache>,
+    span: &tracing::Span,
+) -> Result<Vec<Change>, ReadError> {
     // The files in first-use order, each with the lowest offset the handle needs.
     let mut needed: Vec<(&str, u64, u64)> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -84,6 +114,7 @@ pub fn read_handle_cached(
             }
         }
     }
+    span.record("files", needed.len());
     let fetched = fetch_all(&needed, files, cache)?;
     let mut changes = Vec::new();
     for entry in &handle.entries {

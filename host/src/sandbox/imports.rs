@@ -16,6 +16,9 @@ impl uploader::Host for WriterCtx {
             self.services
                 .scheduler
                 .submit(self.sink.clone(), self.id, from_wit_task(task));
+        if result.is_ok() && !self.persisting {
+            self.count_preemptive_upload();
+        }
         // The WIT boundary: the guest gets the reason as text.
         Ok(result.map_err(|e| e.to_string()))
     }
