@@ -15,10 +15,12 @@ pub use syntax::{parse_duration, parse_memory};
 /// A key or value that cannot be used; the message names the key and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// No such key.
+    /// [`Config::set`] (and the files and pairs built on it) got a key dstl does not have
+    /// (a typo, or a Flink key dstl does not implement).
     #[error("unknown configuration key `{0}` (run `dstl config` to list the keys)")]
     UnknownKey(String),
-    /// A value that does not parse.
+    /// A value that does not parse as the key's type, or lies outside its range;
+    /// [`Config::validate`] also reports keys whose values contradict each other.
     #[error("invalid value `{value}` for `{key}`: expected {expected}")]
     InvalidValue {
         /// The key.
@@ -28,10 +30,10 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
-    /// A `key=value` pair without `=`.
+    /// [`Config::apply_pairs`] (`--conf`) got an item without `=`.
     #[error("`{0}` is not of the form key=value")]
     NotAPair(String),
-    /// A base path that is neither a directory nor a valid `s3://` URL.
+    /// `dstl.dfs.base-path` is neither a directory nor a valid `s3://bucket/prefix` URL.
     #[error("invalid value for `{key}`: {reason}")]
     InvalidLocation {
         /// The key.
@@ -40,7 +42,9 @@ pub enum ConfigError {
         #[source]
         reason: crate::store::LocationError,
     },
-    /// A configuration file that cannot be used.
+    /// [`Config::apply_file`]: the file cannot be read, is not TOML, holds a value of
+    /// another type than string, number or boolean, or holds a key or value that
+    /// [`Config::set`] rejects.
     #[error("configuration file {path}: {reason}")]
     File {
         /// The file.

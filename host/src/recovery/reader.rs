@@ -14,10 +14,12 @@ use dstl_proto::types::ChangelogHandle;
 use super::cache::RecoveryCache;
 use crate::store::FileSource;
 
-/// Why a handle could not be read.
+/// Why a handle could not be read ([`crate::ChangelogStorage::read`],
+/// [`crate::Recovery::read`], [`read_handle`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    /// The file could not be read.
+    /// A file the handle names could not be read: missing (deleted, or a wrong base
+    /// path), unreadable, or the object store failed or refused the request.
     #[error("cannot read changelog file {path}: {source}")]
     Io {
         /// The file.
@@ -26,7 +28,8 @@ pub enum ReadError {
         #[source]
         source: std::io::Error,
     },
-    /// The bytes do not decode.
+    /// The file's bytes do not decode at an offset the handle names: the file is
+    /// corrupt, or the handle's offset does not point at a change set.
     #[error("corrupt changelog file {path} at logical offset {offset}: {source}")]
     Format {
         /// The file.
@@ -37,7 +40,8 @@ pub enum ReadError {
         #[source]
         source: FormatError,
     },
-    /// The file's logical length differs from the one the handle recorded.
+    /// The file's logical length differs from the one the handle recorded: the file was
+    /// truncated, appended to or replaced since the snapshot was taken.
     #[error(
         "changelog file {path} has {actual} logical bytes but the handle records {expected}: the file was truncated or replaced"
     )]

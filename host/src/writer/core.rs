@@ -116,6 +116,11 @@ impl WriterCore {
             let open = instance.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
             Ok(super::buffer::mirror_open_bytes(&mut book.open_bytes, open))
         });
+        // Buffered appends are counted here, once per batch, not on the append path.
+        if result.is_ok() {
+            self.metrics
+                .appended(batch.key_groups.len(), batch.data.len());
+        }
         // Keep the allocations for the next batch.
         let mut batch = batch;
         batch.clear();

@@ -100,21 +100,13 @@ impl Writer {
     /// upload failed) is reported by the call that hands the batch over.
     pub fn append(&self, key_group: i32, value: &[u8]) -> Result<(), Error> {
         let check = self.core.config.check_change(key_group, value.len());
-        let result = self.buffered(key_group, value, "append", check);
-        if result.is_ok() {
-            self.core.metrics.appended(1, value.len());
-        }
-        result
+        self.buffered(key_group, value, "append", check)
     }
 
     /// Appends a metadata change (buffered like [`Writer::append`]).
     pub fn append_meta(&self, value: &[u8]) -> Result<(), Error> {
         let check = WriterConfig::check_length(value.len());
-        let result = self.buffered(META_KEY_GROUP, value, "append-meta", check);
-        if result.is_ok() {
-            self.core.metrics.appended(1, value.len());
-        }
-        result
+        self.buffered(META_KEY_GROUP, value, "append-meta", check)
     }
 
     /// Checks in the guest's order: a failed or closed writer first, then `check`.
@@ -137,10 +129,12 @@ impl Writer {
         if value.len() >= AppendBuffer::MAX_BYTES {
             drop(state);
             // Large values gain nothing from batching: hand them over directly.
-            return self.call(|instance, book| {
-                let open = instance.append_batch(&[key_group], &[value.len() as u32], value)?;
-                Ok(mirror_open_bytes(&mut book.open_bytes, open))
-            });
+            return self
+                .call(|instance, book| {
+                    let open = instance.append_batch(&[key_group], &[value.len() as u32], value)?;
+                    Ok(mirror_open_bytes(&mut book.open_bytes, open))
+                })
+                .inspect(|()| core.metrics.appended(1, value.len()));
         }
         let book = &mut state.book;
         book.buffer.push(key_group, value);
