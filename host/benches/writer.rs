@@ -11,6 +11,10 @@
 //! - `decode`: the codec's `decode_change_set` of a 1000 × 100 B block and
 //!   `logical_bytes` of a Snappy-compressed 1 MiB file.
 //! - `append_native_baseline`: the same appends into a plain `Vec`, for comparison.
+//!
+//! With `DSTL_BENCH_RECORDER=prometheus` the Prometheus metrics recorder is installed
+//! before the storages open, to measure what recording costs when a process exports
+//! metrics (without it, no recorder: the cost of the facade's empty handles).
 
 use std::collections::BTreeSet;
 use std::hint::black_box;
@@ -53,8 +57,23 @@ fn packed(n: usize) -> (Vec<i32>, Vec<u32>, Vec<u8>) {
     (key_groups, lengths, data)
 }
 
+/// Installs the recorder `DSTL_BENCH_RECORDER` names, once.
+fn install_recorder() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| match std::env::var("DSTL_BENCH_RECORDER").as_deref() {
+        Ok("prometheus") => {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("install the Prometheus recorder");
+        }
+        Ok(other) => panic!("DSTL_BENCH_RECORDER={other}: expected `prometheus`"),
+        Err(_) => {}
+    });
+}
+
 /// A storage writing to `tmp` that neither persists pre-emptively nor delays uploads.
 fn open_storage(tmp: &tempfile::TempDir) -> ChangelogStorage {
+    install_recorder();
     let mut c = Config {
         base_path: tmp.path().into(),
         ..Default::default()

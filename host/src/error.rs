@@ -9,7 +9,11 @@ pub use crate::sandbox::TrapKind;
 /// Everything the host API can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    /// The writer rejected a call or a persist failed; the message names the values.
+    /// A [`crate::Writer`] method was called against the writer's rules (an append after
+    /// close, a persist from a truncated or not yet appended sequence number, a key
+    /// group outside the writer's range, ...), or a persist failed because an upload of
+    /// its change sets failed; [`WriterError`] says which, and the message names the
+    /// values.
     #[error("writer {writer}: {source}")]
     Writer {
         /// The writer's name.
@@ -18,7 +22,9 @@ pub enum Error {
         #[source]
         source: WriterError,
     },
-    /// The writer's sandbox trapped (now or earlier); the writer is unusable, the others
+    /// The writer's sandbox trapped during this call or an earlier one (CPU deadline,
+    /// memory cap, guest panic, guest fault: [`TrapKind`]); every call of that writer and
+    /// every persist it had pending fail with this from then on, while the other writers
     /// carry on.
     #[error("writer {writer} failed: its sandbox trapped: {cause}")]
     Trapped {
@@ -29,15 +35,22 @@ pub enum Error {
         /// The trap and anything the guest printed.
         cause: String,
     },
-    /// A bad argument given to the host API itself (a writer name, a key-group range, a
-    /// memory limit above the storage's); the message names the value.
+    /// A bad argument given to the host API itself, rejected before any writer sees it:
+    /// a writer name that is empty, longer than 256 characters or holds control
+    /// characters, a key-group range with `start < 0` or `start > end`, a per-writer
+    /// memory limit above the storage's, or a writer created on a closed storage. The
+    /// message names the value.
     #[error("{0}")]
     InvalidArgument(String),
-    /// Configuration rejected.
+    /// [`crate::ChangelogStorage::open`] found the configuration inconsistent (e.g. a
+    /// batch size threshold above the in-flight limit).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// The storage (or a component) could not be set up: a directory, the object store,
-    /// the I/O runtime, the writer component.
+    /// [`crate::ChangelogStorage::open`] (or
+    /// [`crate::ChangelogStorage::compile_component`]) could not set something up: the
+    /// changelog or local-copy directory cannot be created, the object store client
+    /// cannot be built, a runtime or thread cannot start, or the writer component does
+    /// not compile or does not implement the WIT world.
     #[error("{context}: {source}")]
     Setup {
         /// What was being set up.

@@ -15,17 +15,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a terminal: logs redirected to a file or a collector
-        // stay plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let args = cli::Cli::parse();
+    cli::logging::init(args.log_format);
     match cli::main(args) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`dstl read m.json | head`) is the reader's choice, not a failure.

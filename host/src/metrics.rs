@@ -1,11 +1,16 @@
 //! Metrics of the upload machinery, after Flink's `ChangelogStorage.*` metrics:
-//! counters, and histograms over a sliding window of the last 1000 samples.
+//! counters, and histograms over a sliding window of the last 1000 samples, read
+//! in-process with [`crate::ChangelogStorage::metrics`]. Every value is also recorded
+//! through the `metrics` facade under the names of [`crate::telemetry::METRICS`].
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use metrics::{counter, gauge, histogram};
 use serde::Serialize;
+
+use crate::telemetry;
 
 const WINDOW: usize = 1000;
 
@@ -65,18 +70,89 @@ impl Histogram {
     }
 }
 
+/// A counter read in-process and reported through the facade.
+#[derive(Debug)]
+pub(crate) struct Count {
+    value: AtomicU64,
+    exported: metrics::Counter,
+}
+
+impl Count {
+    fn new(exported: metrics::Counter) -> Self {
+        Self {
+            value: AtomicU64::new(0),
+            exported,
+        }
+    }
+
+    fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// A sliding-window histogram reported through the facade, each sample multiplied by
+/// `scale` (nanoseconds become seconds).
+#[derive(Debug)]
+pub(crate) struct Distribution {
+    window: Histogram,
+    exported: metrics::Histogram,
+    scale: f64,
+}
+
+impl Distribution {
+    fn new(exported: metrics::Histogram, scale: f64) -> Self {
+        Self {
+            window: Histogram::default(),
+            exported,
+            scale,
+        }
+    }
+
+    pub fn record(&self, value: u64) {
+        self.window.record(value);
+        self.exported.record(value as f64 * self.scale);
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        self.window.snapshot()
+    }
+}
+
 /// Live metrics, shared by the scheduler, the uploader and the storage.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Metrics {
-    pub upload_requests: AtomicU64,
-    pub upload_failures: AtomicU64,
-    pub uploaded_files: AtomicU64,
-    pub written_bytes: AtomicU64,
-    pub upload_sizes: Histogram,
-    pub upload_latencies_nanos: Histogram,
-    pub attempts_per_upload: Histogram,
-    pub total_attempts_per_upload: Histogram,
-    pub upload_batch_sizes: Histogram,
+    pub upload_requests: Count,
+    pub upload_failures: Count,
+    pub uploaded_files: Count,
+    pub written_bytes: Count,
+    pub upload_sizes: Distribution,
+    pub upload_latencies_nanos: Distribution,
+    pub attempts_per_upload: Distribution,
+    pub total_attempts_per_upload: Distribution,
+    pub upload_batch_sizes: Distribution,
+    /// Tasks waiting to be batched (the in-process value is the batcher's length).
+    pub upload_queue: metrics::Gauge,
+}
+
+impl Default for Metrics {
+    /// Metrics registered with the recorder installed now (if any).
+    fn default() -> Self {
+        Self {
+            upload_requests: Count::new(counter!(telemetry::UPLOAD_REQUESTS)),
+            upload_failures: Count::new(counter!(telemetry::UPLOAD_FAILURES)),
+            uploaded_files: Count::new(counter!(telemetry::UPLOADED_FILES)),
+            written_bytes: Count::new(counter!(telemetry::WRITTEN_BYTES)),
+            upload_sizes: Distribution::new(histogram!(telemetry::UPLOAD_SIZE), 1.0),
+            upload_latencies_nanos: Distribution::new(histogram!(telemetry::UPLOAD_LATENCY), 1e-9),
+            attempts_per_upload: Distribution::new(histogram!(telemetry::UPLOAD_ATTEMPTS), 1.0),
+            total_attempts_per_upload: Distribution::new(
+                histogram!(telemetry::UPLOAD_TOTAL_ATTEMPTS),
+                1.0,
+            ),
+            upload_batch_sizes: Distribution::new(histogram!(telemetry::UPLOAD_BATCH_TASKS), 1.0),
+            upload_queue: gauge!(telemetry::UPLOAD_QUEUE),
+        }
+    }
 }
 
 /// A copy of the metrics at one moment.
@@ -107,16 +183,17 @@ pub struct MetricsSnapshot {
 }
 
 impl Metrics {
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    pub fn add(counter: &Count, n: u64) {
+        counter.value.fetch_add(n, Ordering::Relaxed);
+        counter.exported.increment(n);
     }
 
     pub fn snapshot(&self, upload_queue_size: u64, bytes_in_flight: u64) -> MetricsSnapshot {
         MetricsSnapshot {
-            upload_requests: self.upload_requests.load(Ordering::Relaxed),
-            upload_failures: self.upload_failures.load(Ordering::Relaxed),
-            uploaded_files: self.uploaded_files.load(Ordering::Relaxed),
-            written_bytes: self.written_bytes.load(Ordering::Relaxed),
+            upload_requests: self.upload_requests.get(),
+            upload_failures: self.upload_failures.get(),
+            uploaded_files: self.uploaded_files.get(),
+            written_bytes: self.written_bytes.get(),
             upload_sizes: self.upload_sizes.snapshot(),
             upload_latencies_nanos: self.upload_latencies_nanos.snapshot(),
             attempts_per_upload: self.attempts_per_upload.snapshot(),

@@ -1,5 +1,6 @@
 //! What every writer of a storage shares and its sandbox's imports use: the configuration,
-//! the upload scheduler, the registries, the deletion pool and the metrics.
+//! the upload scheduler, the registries, the deletion pool and the metrics (with the
+//! bounded set of writer labels).
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use crate::background::Outstanding;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::registry::{Discarder, Registries};
+use crate::telemetry::WriterLabels;
 use crate::upload::Scheduler;
 
 /// The services of one storage.
@@ -18,4 +20,6 @@ pub(crate) struct Services {
     /// Uploads and deletions started and not finished.
     pub outstanding: Outstanding,
     pub metrics: Arc<Metrics>,
+    /// The `writer` label values of this storage's metrics.
+    pub writer_labels: WriterLabels,
 }

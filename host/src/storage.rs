@@ -17,6 +17,7 @@ use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
 use crate::sandbox::{ComponentCodec, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
+use crate::telemetry::WriterLabels;
 use crate::upload::buffers::BlockPool;
 use crate::upload::scheduler::SchedulerSettings;
 use crate::upload::throttle::Availability;
@@ -108,6 +109,7 @@ impl ChangelogStorage {
             task: TaskRegistry::new(discarder.clone()),
             local: LocalRegistry::new(discarder.clone()),
         };
+        crate::telemetry::describe();
         let metrics = Arc::new(Metrics::default());
         let uploader = Arc::new(Uploader {
             // Enough spare buffers for a few batches' blocks and files.
@@ -138,6 +140,7 @@ impl ChangelogStorage {
             remote: store,
             wasm,
             services: Arc::new(Services {
+                writer_labels: WriterLabels::new(config.metrics_writer_label_limit),
                 config,
                 scheduler,
                 registries,

@@ -9,6 +9,8 @@
 //!
 //! `ARCHITECTURE.md` at the repository root describes how the pieces fit together.
 
+#![warn(missing_docs)]
+
 pub mod codec;
 pub mod types;
 pub mod writer;

@@ -4,6 +4,8 @@
 mod bench;
 mod gc;
 mod inspect;
+pub mod logging;
+mod prometheus;
 mod read;
 mod run;
 
@@ -22,6 +24,10 @@ use self::run::RunArgs;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as `text` or as `json` (one object per line, with the spans);
+    /// `RUST_LOG` filters them (default `warn`).
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    pub log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,12 +1,14 @@
 //! `dstl run`: the main job.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use dstl::ChangelogStorage;
 use dstl::workload::{self, Workload};
 
-use super::{ConfArgs, DEFAULT_DIR, Target};
+use super::{ConfArgs, DEFAULT_DIR, Target, prometheus};
 
 /// `dstl run` options.
 #[derive(Args, Debug)]
@@ -19,6 +21,14 @@ pub(super) struct RunArgs {
     /// Changes in total.
     #[arg(long, default_value_t = 400_000)]
     pub(super) changes: u64,
+    /// Append for this long (wall-clock time, e.g. `30s`, `10 min`) instead of a number
+    /// of changes; each writer then takes its final checkpoint.
+    #[arg(long, value_name = "DURATION", conflicts_with = "changes", value_parser = parse_run_duration)]
+    pub(super) duration: Option<Duration>,
+    /// Serve the metrics in the Prometheus text format at http://ADDR/metrics while the
+    /// job runs (e.g. 127.0.0.1:9464; port 0 picks a free port, reported on stderr).
+    #[arg(long, value_name = "ADDR", value_parser = prometheus::parse_address)]
+    pub(super) prometheus: Option<SocketAddr>,
     /// Bytes per change.
     #[arg(long, default_value_t = 100)]
     pub(super) change_size: usize,
@@ -60,9 +70,24 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         manifests: args.manifests.clone(),
     };
     workload.validate()?;
+    // Before the storage opens: it registers its metrics with the recorder installed then.
+    if let Some(address) = args.prometheus {
+        let bound = prometheus::serve(address)?;
+        eprintln!("dstl: serving Prometheus metrics at http://{bound}/metrics");
+    }
     let storage = ChangelogStorage::open(config)?;
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
+    } else if let Some(duration) = args.duration {
+        let bar = indicatif::ProgressBar::new_spinner().with_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{{spinner}} [{{elapsed_precise}} of {}] {{human_pos}} changes ({{per_sec}})",
+                humanize(duration)
+            ))
+            .expect("valid template"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
     } else {
         indicatif::ProgressBar::new(args.changes).with_style(
             indicatif::ProgressStyle::with_template(
@@ -71,7 +96,11 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
             .expect("valid template"),
         )
     };
-    let summary = workload::run(&storage, &workload, &|n| bar.set_position(n))?;
+    let progress = |n| bar.set_position(n);
+    let summary = match args.duration {
+        Some(duration) => workload::run_for(&storage, &workload, duration, &progress)?,
+        None => workload::run(&storage, &workload, &progress)?,
+    };
     bar.finish_and_clear();
     storage.close();
     if args.json {
@@ -105,4 +134,41 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Parses `--duration`: Flink's duration syntax, with a unit (a bare number would be
+/// milliseconds there, which is never what a run's length means).
+fn parse_run_duration(value: &str) -> Result<Duration, String> {
+    let expected = "expected a duration with a unit, such as `30s`, `10 min` or `1h`";
+    let has_unit = value.trim().bytes().any(|b| b.is_ascii_alphabetic());
+    match dstl::config::parse_duration(value) {
+        Some(duration) if has_unit && !duration.is_zero() => Ok(duration),
+        _ => Err(expected.to_string()),
+    }
+}
+
+/// `90s` as `1m30s`, for the progress line.
+fn humanize(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match (secs / 3600, secs / 60 % 60, secs % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, s) => format!("{h}h{m:02}m{s:02}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_durations_need_a_unit() {
+        assert_eq!(parse_run_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_run_duration("10 min"), Ok(Duration::from_secs(600)));
+        for bad in ["30", "0s", "5 parsecs", "soon", ""] {
+            assert!(parse_run_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(humanize(Duration::from_secs(90)), "1m30s");
+        assert_eq!(humanize(Duration::from_secs(3725)), "1h02m05s");
+    }
 }

@@ -15,10 +15,12 @@ pub use syntax::{parse_duration, parse_memory};
 /// A key or value that cannot be used; the message names the key and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// No such key.
+    /// [`Config::set`] (and the files and pairs built on it) got a key dstl does not have
+    /// (a typo, or a Flink key dstl does not implement).
     #[error("unknown configuration key `{0}` (run `dstl config` to list the keys)")]
     UnknownKey(String),
-    /// A value that does not parse.
+    /// A value that does not parse as the key's type, or lies outside its range;
+    /// [`Config::validate`] also reports keys whose values contradict each other.
     #[error("invalid value `{value}` for `{key}`: expected {expected}")]
     InvalidValue {
         /// The key.
@@ -28,10 +30,10 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
-    /// A `key=value` pair without `=`.
+    /// [`Config::apply_pairs`] (`--conf`) got an item without `=`.
     #[error("`{0}` is not of the form key=value")]
     NotAPair(String),
-    /// A base path that is neither a directory nor a valid `s3://` URL.
+    /// `dstl.dfs.base-path` is neither a directory nor a valid `s3://bucket/prefix` URL.
     #[error("invalid value for `{key}`: {reason}")]
     InvalidLocation {
         /// The key.
@@ -40,7 +42,9 @@ pub enum ConfigError {
         #[source]
         reason: crate::store::LocationError,
     },
-    /// A configuration file that cannot be used.
+    /// [`Config::apply_file`]: the file cannot be read, is not TOML, holds a value of
+    /// another type than string, number or boolean, or holds a key or value that
+    /// [`Config::set`] rejects.
     #[error("configuration file {path}: {reason}")]
     File {
         /// The file.
@@ -107,6 +111,10 @@ pub struct Config {
     pub writer_call_timeout: Duration,
     /// How to reach S3-compatible stores (`dstl.s3.*`).
     pub s3: crate::store::S3Settings,
+    /// Distinct writer names that get a `writer` label of their own in the metrics; later
+    /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
+    /// [`crate::telemetry`]).
+    pub metrics_writer_label_limit: usize,
 }
 
 /// The retry policies (Flink's `fixed` and `none`).
@@ -144,6 +152,7 @@ impl Default for Config {
             max_writers: 1024,
             writer_call_timeout: Duration::from_secs(10),
             s3: crate::store::S3Settings::default(),
+            metrics_writer_label_limit: 100,
         }
     }
 }
@@ -178,6 +187,7 @@ pub const KEYS: &[&str] = &[
     "dstl.s3.secret-access-key",
     "dstl.s3.allow-http",
     "dstl.s3.request-timeout",
+    "dstl.metrics.writer-label-limit",
 ];
 
 const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)";
@@ -289,6 +299,12 @@ impl Config {
             "dstl.s3.secret-access-key" => self.s3.secret_access_key = Some(value.to_string()),
             "dstl.s3.allow-http" => self.s3.allow_http = Some(boolean()?),
             "dstl.s3.request-timeout" => self.s3.request_timeout = Some(duration()?),
+            "dstl.metrics.writer-label-limit" => {
+                self.metrics_writer_label_limit = value
+                    .parse::<u32>()
+                    .map_err(|_| invalid("a whole number (0 labels no writer by name)"))?
+                    as usize
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())
@@ -428,6 +444,7 @@ impl Config {
             self.s3
                 .request_timeout
                 .map_or_else(|| "30000 ms".into(), ms),
+            self.metrics_writer_label_limit.to_string(),
         ];
         KEYS.iter().copied().zip(values).collect()
     }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// Why a manifest cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    /// The file cannot be read.
+    /// [`Manifest::load`]: the file cannot be read (missing, no permission).
     #[error("cannot read manifest {}: {source}", path.display())]
     Read {
         /// The manifest.
@@ -20,7 +20,8 @@ pub enum ManifestError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not a manifest.
+    /// [`Manifest::load`]: the file is not manifest JSON (a field missing or of the
+    /// wrong type, or not JSON at all).
     #[error("invalid manifest {}: {source}", path.display())]
     Parse {
         /// The manifest.

@@ -14,10 +14,12 @@ use dstl_proto::types::ChangelogHandle;
 use super::cache::RecoveryCache;
 use crate::store::FileSource;
 
-/// Why a handle could not be read.
+/// Why a handle could not be read ([`crate::ChangelogStorage::read`],
+/// [`crate::Recovery::read`], [`read_handle`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    /// The file could not be read.
+    /// A file the handle names could not be read: missing (deleted, or a wrong base
+    /// path), unreadable, or the object store failed or refused the request.
     #[error("cannot read changelog file {path}: {source}")]
     Io {
         /// The file.
@@ -26,7 +28,8 @@ pub enum ReadError {
         #[source]
         source: std::io::Error,
     },
-    /// The bytes do not decode.
+    /// The file's bytes do not decode at an offset the handle names: the file is
+    /// corrupt, or the handle's offset does not point at a change set.
     #[error("corrupt changelog file {path} at logical offset {offset}: {source}")]
     Format {
         /// The file.
@@ -37,7 +40,8 @@ pub enum ReadError {
         #[source]
         source: FormatError,
     },
-    /// The file's logical length differs from the one the handle recorded.
+    /// The file's logical length differs from the one the handle recorded: the file was
+    /// truncated, appended to or replaced since the snapshot was taken.
     #[error(
         "changelog file {path} has {actual} logical bytes but the handle records {expected}: the file was truncated or replaced"
     )]
@@ -90,6 +94,41 @@ pub fn visit_handle(
     cache: Option<&RecoveryCache>,
     visit: &mut dyn FnMut(i32, &[u8]),
 ) -> Result<(), ReadError> {
+    let span = tracing::debug_span!(
+        "recovery_read",
+        entries = handle.entries.len(),
+        files = tracing::field::Empty,
+        state_size = handle.state_size,
+        changes = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+    let mut changes = 0u64;
+    let result = visit_entries(handle, files, cache, &span, &mut |key_group, value| {
+        changes += 1;
+        visit(key_group, value)
+    });
+    span.record("changes", changes);
+    match &result {
+        Ok(()) => {
+            span.record("outcome", "ok");
+            tracing::debug!("recovery read finished");
+        }
+        Err(error) => {
+            span.record("outcome", "failed");
+            tracing::debug!(%error, "recovery read failed");
+        }
+    }
+    result
+}
+
+fn visit_entries(
+    handle: &ChangelogHandle,
+    files: &FileSource,
+    cache: Option<&RecoveryCache>,
+    span: &tracing::Span,
+    visit: &mut dyn FnMut(i32, &[u8]),
+) -> Result<(), ReadError> {
     // The files in first-use order, each with the lowest offset the handle needs.
     let mut needed: Vec<(&str, u64, u64)> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -103,6 +142,7 @@ pub fn visit_handle(
             }
         }
     }
+    span.record("files", needed.len());
     let fetched = fetch_all(&needed, files, cache)?;
     for entry in &handle.entries {
         let path = entry.handle.path.as_str();

@@ -30,6 +30,11 @@ pub(crate) struct WriterCtx {
     pub holdings: Holdings,
     /// CPU time of the call running now.
     pub clock: CallClock,
+    /// A `persist` call runs now: uploads it schedules belong to a checkpoint; uploads
+    /// scheduled by any other call are pre-emptive.
+    pub persisting: bool,
+    /// `dstl_writer_preemptive_uploads_total` of this writer, registered at the first one.
+    preemptive_uploads: Option<metrics::Counter>,
 }
 
 impl WriterCtx {
@@ -56,7 +61,17 @@ impl WriterCtx {
             sink,
             holdings: Holdings::default(),
             clock: CallClock::new(call_timeout),
+            persisting: false,
+            preemptive_uploads: None,
         }
+    }
+
+    /// Counts an upload the guest scheduled before any checkpoint.
+    pub fn count_preemptive_upload(&mut self) {
+        let labels = &self.services.writer_labels;
+        self.preemptive_uploads
+            .get_or_insert_with(|| labels.preemptive_uploads(&self.name))
+            .increment(1);
     }
 
     /// Releases every reference the guest holds that no returned snapshot covers: its

@@ -74,6 +74,9 @@ fn schedule(
             change_sets,
         },
     );
+    if result.is_ok() && !ctx.persisting {
+        ctx.count_preemptive_upload();
+    }
     // The WIT boundary: the guest gets the reason as text.
     Ok((result.map_err(|e| e.to_string()),))
 }

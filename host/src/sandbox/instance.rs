@@ -156,6 +156,7 @@ impl Instance {
 
     /// `persist`. A snapshot ready at once counts as returned to the caller.
     pub fn persist(&mut self, from: u64, checkpoint: i64) -> Call<PersistReply> {
+        self.store.data_mut().persisting = true;
         let reply = self.call(|b, store, r| {
             let reply = b
                 .dstl_changelog_writer()
@@ -163,6 +164,7 @@ impl Instance {
                 .call_persist(store, r, from, checkpoint)?;
             Ok(reply.map(from_wit_reply))
         })?;
+        self.store.data_mut().persisting = false;
         if let Ok(PersistReply::Ready(snapshot)) = &reply {
             self.hand_out(snapshot);
         }

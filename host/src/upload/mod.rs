@@ -36,10 +36,12 @@ pub(crate) trait OutcomeSink: Send + Sync {
     fn deliver(&self, outcome: UploadOutcome);
 }
 
-/// Why an upload task failed.
+/// Why an upload task failed. A writer receives it as text: persists whose change sets
+/// were in the task fail with [`crate::WriterError::UploadFailed`] carrying this message.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UploadError {
-    /// The last attempt the retry policy allowed failed.
+    /// The last attempt the retry policy allowed failed (an I/O error of the store after
+    /// `dstl.dfs.upload.max-attempts`, or an attempt that panicked).
     #[error("upload failed after {attempts} attempts; last: attempt {attempt}: {cause}")]
     Failed {
         /// Attempts started.
@@ -50,7 +52,8 @@ pub enum UploadError {
         #[source]
         cause: AttemptError,
     },
-    /// The last attempt the retry policy allowed timed out.
+    /// The last attempt the retry policy allowed ran past `dstl.dfs.upload.timeout` (a
+    /// store that hangs).
     #[error(
         "upload failed after {attempts} attempts; last: attempt {attempt} timed out after {} ms",
         timeout.as_millis()
@@ -63,13 +66,15 @@ pub enum UploadError {
         /// The per-attempt timeout.
         timeout: std::time::Duration,
     },
-    /// The storage was closed: the task was not accepted.
+    /// The task was scheduled after [`crate::ChangelogStorage::close`] began, or its
+    /// writer was waiting for in-flight capacity when it did: it was not accepted.
     #[error("the changelog storage is closed")]
     StorageClosed,
-    /// The storage closed while the task waited for its batch.
+    /// The storage closed while the task waited in the queue for its batch.
     #[error("the changelog storage was closed before the upload started")]
     ClosedBeforeStart,
-    /// The storage closed and stopped waiting for the task's running upload.
+    /// The storage closed and stopped waiting for the task's running upload after the
+    /// grace period of close (`max-attempts × timeout`, at least 5 s).
     #[error(
         "the changelog storage was closed while the upload was still running; it was abandoned"
     )]

@@ -26,7 +26,8 @@ use crate::config::{Config, RetryPolicyKind};
 /// Why one attempt failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AttemptError {
-    /// An I/O failure: retried after the configured delay.
+    /// The store failed to write the file (or the file could not be encoded): retried
+    /// after `dstl.dfs.upload.next-attempt-delay` while attempts remain.
     #[error("{context}: {source}")]
     Io {
         /// What was being done.
@@ -35,8 +36,8 @@ pub enum AttemptError {
         #[source]
         source: Arc<std::io::Error>,
     },
-    /// Anything else (a panicking attempt, the executor shut down): fails the upload at
-    /// once.
+    /// An attempt that panicked, or the upload executor shut down with the storage:
+    /// fails the upload at once, without further attempts.
     #[error("{0}")]
     Fatal(String),
 }

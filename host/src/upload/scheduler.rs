@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use dstl_proto::types::UploadTask;
 use tokio::sync::{Notify, Semaphore};
+use tracing::Instrument;
 
 use super::batcher::Batcher;
 use super::buffers::BlockPool;
@@ -23,6 +24,19 @@ use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
 use crate::registry::{Registries, WriterId};
+
+/// The tasks of a batch as `writer-id/task-id`, for its span.
+struct TaskIds<'a>(&'a [Recipient]);
+
+impl std::fmt::Display for TaskIds<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, recipient) in self.0.iter().enumerate() {
+            let separator = if i == 0 { "" } else { " " };
+            write!(f, "{separator}{}/{}", recipient.writer, recipient.task)?;
+        }
+        Ok(())
+    }
+}
 
 /// Who submitted a task, to hand it its outcome.
 struct Recipient {
@@ -176,6 +190,7 @@ impl Scheduler {
             task,
         };
         let had_deadline = queue.batcher.poll_timeout().is_some();
+        self.metrics.upload_queue.increment(1.0);
         let batch = queue.batcher.push(queued, size, Instant::now());
         let new_deadline = !had_deadline && queue.batcher.poll_timeout().is_some();
         drop(queue);
@@ -192,14 +207,28 @@ impl Scheduler {
         if batch.is_empty() {
             return;
         }
+        self.metrics.upload_queue.decrement(batch.len() as f64);
         self.metrics.upload_batch_sizes.record(batch.len() as u64);
         let number = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let (recipients, tasks): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|q| (q.recipient, q.task)).unzip();
+        // A root span: a batch holds the tasks of many writers, so it belongs to none of
+        // the writer spans it may be started from.
+        let span = tracing::debug_span!(
+            parent: None,
+            "upload",
+            batch = number,
+            tasks = recipients.len(),
+            task_ids = %TaskIds(&recipients),
+            bytes = recipients.iter().map(|r| r.size).sum::<u64>(),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
         self.running.lock().unwrap().insert(number, recipients);
         let this = self.clone();
         let job = self.outstanding.start();
-        self.runtime.spawn(async move {
+        let batch_span = span.clone();
+        let upload = async move {
             let tasks = Arc::new(tasks);
             let uploader = this.uploader.clone();
             let loser = this.uploader.clone();
@@ -207,7 +236,21 @@ impl Scheduler {
             let outcome = retry::execute(
                 this.policy,
                 this.permits.clone(),
-                move |_| uploader.upload(&attempt_tasks),
+                move |attempt| {
+                    let span = tracing::debug_span!(
+                        parent: &batch_span,
+                        "upload_attempt",
+                        attempt,
+                        outcome = tracing::field::Empty,
+                    );
+                    let _entered = span.enter();
+                    let result = uploader.upload(&attempt_tasks);
+                    span.record("outcome", if result.is_ok() { "ok" } else { "failed" });
+                    if let Err(error) = &result {
+                        tracing::debug!(%error, "upload attempt failed");
+                    }
+                    result
+                },
                 move |file| loser.discard(file),
                 job,
             )
@@ -220,8 +263,11 @@ impl Scheduler {
                     }
                 }
             };
+            let span = tracing::Span::current();
             let Some(recipients) = this.running.lock().unwrap().remove(&number) else {
                 // Abandoned at close: the persists failed already, so the file is nobody's.
+                span.record("outcome", "abandoned");
+                tracing::debug!("upload batch abandoned at close");
                 if let Ok(success) = outcome {
                     this.uploader.discard(success.result);
                 }
@@ -230,6 +276,14 @@ impl Scheduler {
             };
             let outcomes: Vec<UploadOutcome> = match outcome {
                 Ok(success) => {
+                    span.record("attempts", success.total_attempts);
+                    span.record("outcome", "ok");
+                    tracing::debug!(
+                        attempt = success.attempt,
+                        file = %success.result.remote,
+                        written = success.result.written,
+                        "upload batch finished"
+                    );
                     let file = success.result;
                     this.metrics
                         .attempts_per_upload
@@ -262,6 +316,12 @@ impl Scheduler {
                         .collect()
                 }
                 Err(error) => {
+                    if let UploadError::Failed { attempts, .. }
+                    | UploadError::TimedOut { attempts, .. } = &error
+                    {
+                        span.record("attempts", attempts);
+                    }
+                    span.record("outcome", "failed");
                     tracing::warn!(tasks = tasks.len(), %error, "upload batch failed");
                     recipients
                         .iter()
@@ -283,7 +343,8 @@ impl Scheduler {
             if let Err(e) = delivered.await {
                 tracing::error!(error = %e, "delivering upload outcomes panicked");
             }
-        });
+        };
+        self.runtime.spawn(upload.instrument(span));
     }
 
     /// Hands `outcome` to its writer; if the writer is gone, a success's files are
@@ -312,6 +373,7 @@ impl Scheduler {
             queue.closed = true;
             queue.batcher.take()
         };
+        self.metrics.upload_queue.decrement(batch.len() as f64);
         self.timer.notify_one();
         self.throttle.close();
         for queued in batch {

@@ -21,6 +21,8 @@ pub(crate) struct Throttle {
     state: Mutex<ThrottleState>,
     changed: Condvar,
     available: watch::Sender<bool>,
+    /// `dstl_upload_in_flight_bytes`, moved by admissions and releases.
+    gauge: metrics::Gauge,
 }
 
 struct ThrottleState {
@@ -38,6 +40,7 @@ impl Throttle {
             }),
             changed: Condvar::new(),
             available: watch::channel(true).0,
+            gauge: metrics::gauge!(crate::telemetry::IN_FLIGHT),
         }
     }
 
@@ -51,6 +54,7 @@ impl Throttle {
             return Err(ThrottleClosed);
         }
         state.in_flight += size;
+        self.gauge.increment(size as f64);
         if state.in_flight >= self.max {
             self.available.send_replace(false);
         }
@@ -61,7 +65,9 @@ impl Throttle {
     pub fn release(&self, size: u64) {
         let mut state = self.state.lock().unwrap();
         let had_capacity = state.in_flight < self.max;
-        state.in_flight = state.in_flight.saturating_sub(size);
+        let released = size.min(state.in_flight);
+        state.in_flight -= released;
+        self.gauge.decrement(released as f64);
         if !had_capacity && state.in_flight < self.max {
             self.available.send_replace(true);
             self.changed.notify_all();

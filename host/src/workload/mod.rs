@@ -115,22 +115,52 @@ pub fn run(
     workload: &Workload,
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
+    run_until(storage, workload, None, progress)
+}
+
+/// Like [`run`], but every writer appends until `duration` has passed (wall-clock time)
+/// instead of stopping after `workload.changes`, which is ignored; then each takes its
+/// final checkpoint as usual. The summary counts the changes actually appended.
+pub fn run_for(
+    storage: &ChangelogStorage,
+    workload: &Workload,
+    duration: Duration,
+    progress: &(dyn Fn(u64) + Sync),
+) -> anyhow::Result<Summary> {
+    run_until(storage, workload, Some(Instant::now() + duration), progress)
+}
+
+fn run_until(
+    storage: &ChangelogStorage,
+    workload: &Workload,
+    deadline: Option<Instant>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> anyhow::Result<Summary> {
     workload.validate()?;
     if let Some(dir) = &workload.manifests {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the manifest directory {}", dir.display()))?;
     }
     let appended = AtomicU64::new(0);
-    let share = |index: usize| {
-        workload.changes / workload.writers as u64
-            + u64::from((index as u64) < workload.changes % workload.writers as u64)
+    let share = |index: usize| match deadline {
+        Some(_) => u64::MAX,
+        None => {
+            workload.changes / workload.writers as u64
+                + u64::from((index as u64) < workload.changes % workload.writers as u64)
+        }
     };
     let pool = Pool::new(workload.seed, workload.change_size);
     let started = Instant::now();
     let outcomes = on_threads(workload.writers, |index| {
-        run_writer(storage, workload, &pool, index, share(index), &|n| {
-            progress(appended.fetch_add(n, Ordering::Relaxed) + n)
-        })
+        run_writer(
+            storage,
+            workload,
+            &pool,
+            index,
+            share(index),
+            deadline,
+            &|n| progress(appended.fetch_add(n, Ordering::Relaxed) + n),
+        )
         .with_context(|| format!("writer op-{index}"))
     });
     storage.wait_idle();
@@ -158,16 +188,17 @@ pub fn run(
         latencies[i].as_secs_f64() * 1e3
     };
     let metrics = storage.metrics();
-    let payload_bytes = workload.changes * workload.change_size as u64;
+    let changes = appended.load(Ordering::Relaxed);
+    let payload_bytes = changes * workload.change_size as u64;
     Ok(Summary {
         writers: workload.writers,
-        changes: workload.changes,
+        changes,
         payload_bytes,
         checkpoints,
         files: metrics.uploaded_files,
         bytes_written: metrics.written_bytes,
         wall_s: wall.as_secs_f64(),
-        appends_per_s: workload.changes as f64 / wall.as_secs_f64(),
+        appends_per_s: changes as f64 / wall.as_secs_f64(),
         payload_mb_per_s: payload_bytes as f64 / 1e6 / wall.as_secs_f64(),
         persist_p50_ms: percentile(0.50),
         persist_p99_ms: percentile(0.99),
@@ -274,14 +305,16 @@ impl Operator<'_> {
 /// harness: after every `checkpoint_every` appends, `to = next-sequence-number` and
 /// `persist(from = the end of the last confirmed checkpoint)`; the operator never waits
 /// for a checkpoint (only the in-flight limit can hold it), and when a persist completes
-/// it confirms `[from, to)` and truncates to `to`. After the last append it takes a
-/// final checkpoint and waits for every persist.
+/// it confirms `[from, to)` and truncates to `to`. After the last append (the
+/// `changes`-th, or the first after `deadline`) it takes a final checkpoint and waits for
+/// every persist.
 fn run_writer(
     storage: &ChangelogStorage,
     workload: &Workload,
     pool: &Pool,
     index: usize,
     changes: u64,
+    deadline: Option<Instant>,
     progress: &dyn Fn(u64),
 ) -> anyhow::Result<WriterOutcome> {
     let name = format!("op-{index}");
@@ -308,7 +341,8 @@ fn run_writer(
     let mut done = 0u64;
     let mut since_checkpoint = 0u64;
     let mut checkpoint = 0i64;
-    while done < changes {
+    let mut last = changes == 0;
+    while !last {
         let n = BATCH
             .min(changes - done)
             .min(workload.checkpoint_every - since_checkpoint);
@@ -327,13 +361,14 @@ fn run_writer(
         done += n;
         since_checkpoint += n;
         progress(n);
+        last = done == changes || deadline.is_some_and(|d| Instant::now() >= d);
         // Persists that completed meanwhile, in order (a later one never completes
         // before an earlier one: its range holds the earlier one's).
         while let Some(outcome) = pending.front_mut().and_then(|p| p.future.try_wait()) {
             let finished = pending.pop_front().expect("a front");
             operator.confirm(finished.checkpoint, outcome?)?;
         }
-        if since_checkpoint == workload.checkpoint_every || done == changes {
+        if since_checkpoint == workload.checkpoint_every || last {
             checkpoint += 1;
             let to = operator.writer.next_sequence_number()?;
             let (from, first) = operator.confirmed;

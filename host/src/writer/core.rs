@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::registry::WriterId;
 use crate::sandbox::{Call, Instance, Trap};
 use crate::services::Services;
+use crate::telemetry::WriterMetrics;
 use crate::upload::UploadOutcome;
 
 /// Shared between the [`super::Writer`] handle and the uploads in flight for it (as
@@ -24,6 +25,9 @@ pub(crate) struct WriterCore {
     /// Upload outcomes waiting for delivery (see `mailbox.rs`).
     pub mailbox: Mutex<VecDeque<UploadOutcome>>,
     pub services: Arc<Services>,
+    pub metrics: WriterMetrics,
+    /// The `writer` span, entered by every call and every delivery.
+    pub span: tracing::Span,
 }
 
 /// Everything a writer call may change, under one lock.
@@ -56,17 +60,23 @@ impl WriterCore {
         instance: Option<Instance>,
         services: Arc<Services>,
     ) -> Self {
+        let metrics = services.writer_labels.writer(&name);
         Self {
+            span: tracing::info_span!("writer", writer = %name, id),
             name,
             id,
             config,
             state: Mutex::new(WriterState {
                 instance,
                 failure: None,
-                book: Bookkeeping::default(),
+                book: Bookkeeping {
+                    tickets: Tickets::new(metrics.clone()),
+                    ..Bookkeeping::default()
+                },
             }),
             mailbox: Mutex::new(VecDeque::new()),
             services,
+            metrics,
         }
     }
 
@@ -106,6 +116,11 @@ impl WriterCore {
             let open = instance.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
             Ok(super::buffer::mirror_open_bytes(&mut book.open_bytes, open))
         });
+        // Buffered appends are counted here, once per batch, not on the append path.
+        if result.is_ok() {
+            self.metrics
+                .appended(batch.key_groups.len(), batch.data.len());
+        }
         // Keep the allocations for the next batch.
         let mut batch = batch;
         batch.clear();
@@ -116,6 +131,7 @@ impl WriterCore {
     /// The sandbox trapped: drop it and fail every pending persist with the cause.
     fn poison(&self, state: &mut WriterState, trap: Trap) {
         tracing::error!(writer = %self.name, kind = ?trap.kind, cause = %trap.cause, "writer sandbox trapped");
+        self.metrics.trapped();
         self.abandon(state);
         state.failure = Some(trap);
         let error = self.trapped_error(state);

@@ -12,6 +12,7 @@ impl OutcomeSink for WriterCore {
     /// Queues an upload outcome and delivers it unless the writer is busy (then the
     /// writer's own call delivers it before returning).
     fn deliver(&self, outcome: UploadOutcome) {
+        let _span = self.span.enter();
         self.mailbox.lock().unwrap().push_back(outcome);
         self.pump();
     }

@@ -8,7 +8,7 @@ mod mailbox;
 mod persist;
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dstl_proto::codec::META_KEY_GROUP;
 use dstl_proto::types::{PersistCompletion, PersistReply, WriterConfig, WriterError};
@@ -129,10 +129,12 @@ impl Writer {
         if value.len() >= AppendBuffer::MAX_BYTES {
             drop(state);
             // Large values gain nothing from batching: hand them over directly.
-            return self.call(|instance, book| {
-                let open = instance.append_batch(&[key_group], &[value.len() as u32], value)?;
-                Ok(mirror_open_bytes(&mut book.open_bytes, open))
-            });
+            return self
+                .call(|instance, book| {
+                    let open = instance.append_batch(&[key_group], &[value.len() as u32], value)?;
+                    Ok(mirror_open_bytes(&mut book.open_bytes, open))
+                })
+                .inspect(|()| core.metrics.appended(1, value.len()));
         }
         let book = &mut state.book;
         book.buffer.push(key_group, value);
@@ -142,6 +144,7 @@ impl Writer {
             return Ok(());
         }
         // As for any call: upload outcomes that arrived first are delivered first.
+        let _span = core.span.enter();
         core.drain(&mut state);
         let result = core.flush(&mut state);
         core.drain(&mut state);
@@ -161,10 +164,14 @@ impl Writer {
         lengths: &[u32],
         data: &[u8],
     ) -> Result<(), Error> {
-        self.call(|instance, book| {
+        let result = self.call(|instance, book| {
             let open = instance.append_batch(key_groups, lengths, data)?;
             Ok(mirror_open_bytes(&mut book.open_bytes, open))
-        })
+        });
+        if result.is_ok() {
+            self.core.metrics.appended(key_groups.len(), data.len());
+        }
+        result
     }
 
     /// Always 0.
@@ -183,8 +190,9 @@ impl Writer {
     /// Makes every change set from `from` on durable for `checkpoint`. The returned
     /// future completes when the uploads it needs have landed (or failed).
     pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
+        let started = Instant::now();
         let name = &self.core.name;
-        self.call(|instance, book| {
+        let result = self.call(|instance, book| {
             let reply = instance.persist(from, checkpoint)?;
             // The guest rolled the open change set over unless a precondition failed.
             if matches!(reply, Ok(_) | Err(WriterError::UploadFailed(_))) {
@@ -194,7 +202,9 @@ impl Writer {
                 PersistReply::Ready(snapshot) => PersistFuture::ready(Ok(snapshot)),
                 PersistReply::Pending(ticket) => book.tickets.wait_for(name, ticket),
             }))
-        })
+        });
+        self.core.metrics.persisted(started, &result);
+        result
     }
 
     /// Drops change sets below `to`.
@@ -257,6 +267,7 @@ impl Writer {
         f: impl FnOnce(&mut Instance, &mut Bookkeeping) -> Call<R>,
     ) -> Result<R, Error> {
         let core = &self.core;
+        let _span = core.span.enter();
         let mut state = core.state.lock().unwrap();
         core.drain(&mut state);
         let result = core

@@ -5,31 +5,44 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use dstl_proto::types::{PersistCompletion, SnapshotResult, WriterError};
 use tokio::sync::oneshot;
 
 use crate::error::Error;
+use crate::telemetry::WriterMetrics;
 
 /// What a persist ends with.
 pub(crate) type Outcome = Result<SnapshotResult, Error>;
 
-/// Pending persists of one writer, by the guest's ticket.
+/// Pending persists of one writer, by the guest's ticket, with when they were made.
 #[derive(Default)]
-pub(crate) struct Tickets(HashMap<u64, oneshot::Sender<Outcome>>);
+pub(crate) struct Tickets {
+    pending: HashMap<u64, (oneshot::Sender<Outcome>, Instant)>,
+    metrics: WriterMetrics,
+}
 
 impl Tickets {
+    /// Tickets whose outcomes are counted in `metrics`.
+    pub fn new(metrics: WriterMetrics) -> Self {
+        Self {
+            pending: HashMap::new(),
+            metrics,
+        }
+    }
+
     /// A future for the persist the guest answered with `ticket`.
     pub fn wait_for(&mut self, writer: &str, ticket: u64) -> PersistFuture {
         let (tx, rx) = oneshot::channel();
-        self.0.insert(ticket, tx);
+        self.pending.insert(ticket, (tx, Instant::now()));
         PersistFuture::waiting(writer.to_string(), rx)
     }
 
     /// Completes the persists the guest finished.
     pub fn resolve(&mut self, writer: &str, completions: Vec<PersistCompletion>) {
         for completion in completions {
-            let Some(tx) = self.0.remove(&completion.ticket) else {
+            let Some((tx, started)) = self.pending.remove(&completion.ticket) else {
                 tracing::warn!(
                     writer,
                     ticket = completion.ticket,
@@ -37,6 +50,10 @@ impl Tickets {
                 );
                 continue;
             };
+            match &completion.outcome {
+                Ok(_) => self.metrics.persist_succeeded(started),
+                Err(_) => self.metrics.persist_failed(),
+            }
             let outcome = completion.outcome.map_err(|source| Error::Writer {
                 writer: writer.to_string(),
                 source,
@@ -48,14 +65,15 @@ impl Tickets {
 
     /// Fails every pending persist with `error`.
     pub fn fail_all(&mut self, error: &Error) {
-        for (_, tx) in self.0.drain() {
+        for (_, (tx, _)) in self.pending.drain() {
+            self.metrics.persist_failed();
             let _ = tx.send(Err(error.clone()));
         }
     }
 
     /// Forgets every pending persist: their futures see the writer dropped.
     pub fn clear(&mut self) {
-        self.0.clear();
+        self.pending.clear();
     }
 }
 
