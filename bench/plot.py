@@ -38,8 +38,8 @@ def main():
     flink, flink_rss, dstl, recovery = load(src)
     rows = []
     print(f"Results of `{src.split('/')[-1]}` (ratios are dstl / Flink warm, same run).\n")
-    print("| workload | Flink cold | Flink warm (p99) | dstl durable (p99) | ratio | dstl fsync=false (p99) | ratio | disk baseline fsync / buffered | dstl RSS / Flink RSS |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| workload | Flink cold | Flink warm (p99) | dstl durable (p99) | ratio | dstl fsync=false (p99) | ratio | disk baseline fsync'd / buffered | dstl MB/s over same-mode baseline, durable / fsync=false | dstl RSS / Flink RSS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w in WORKLOADS:
         iters = flink.get(w, [])
         if not iters:
@@ -55,8 +55,9 @@ def main():
             return f"{r['appends_per_s'] / 1e6:.2f} M/s ({r['persist_p99_ms']:.0f} ms)"
         base = f"{durable.get('baseline_disk_mb_per_s', 0):.0f} / {fast.get('baseline_buffered_mb_per_s', 0):.0f} MB/s"
         rss = f"{durable['peak_rss_mb']:.0f} / {flink_rss.get(w, 0):.0f} MB"
+        disk = f"{durable.get('disk_ratio', 0):.2f} / {fast.get('disk_ratio', 0):.2f}"
         print(f"| {w} | {cold['appends_per_s'] / 1e6:.2f} M/s | {fw / 1e6:.2f} M/s ({warm['persist_p99_ms']:.0f} ms) | "
-              f"{cell(durable)} | {durable['appends_per_s'] / fw:.2f}x | {cell(fast)} | {fast['appends_per_s'] / fw:.2f}x | {base} | {rss} |")
+              f"{cell(durable)} | {durable['appends_per_s'] / fw:.2f}x | {cell(fast)} | {fast['appends_per_s'] / fw:.2f}x | {base} | {disk} | {rss} |")
         rows.append((w, durable["appends_per_s"] / fw, fast["appends_per_s"] / fw))
     rec = recovery.get(("dstl", "recovery"))
     flink_read = recovery.get(("flink", "recovery"))
