@@ -1,21 +1,27 @@
-// The changelog file format on the host side (spec §6; `guest/src/codec.rs` is the
-// reference): a flag byte, then the logical stream of change-set blocks, plain or as one
-// Snappy framed stream. Blocks are encoded by the writer component; the host only lays
-// them into files and, for recovery, decodes them back (checked against the component's
-// own `reader` export in the tests).
+// The changelog file format, from the one place that defines it: the writer component's
+// `files` and `reader` exports (the Rust codec compiled into the component; the format is
+// described in ARCHITECTURE.md, "The file format"). The Node host knows no byte of the
+// format itself: it asks a component instance of its own to lay change-set blocks into a
+// file (`files.encode-file`: the flag byte, then the blocks, one Snappy framed stream when
+// compressed) and to turn files back into changes (`reader.logical-bytes`,
+// `reader.decode-change-set`). Format errors are the component's messages.
+//
+// The instance is a codec only: it never creates a writer, so its imports are never
+// called, and no writer instance's exports are ever called from inside one of its
+// imports (which would re-enter that guest).
 
-import { createHash } from 'node:crypto';
+import { IMPORT_KEYS, loadComponent } from './component.mjs';
+import { Capture, wasiImports } from './wasi.mjs';
 
-import { frameCompress, frameDecompress } from './snappy.mjs';
+/** The codec's memory is bounded only by wasm32: a file must never be too big to write. */
+const MEMORY_LIMIT = 4 * 2 ** 30;
+/**
+ * Linear memory cannot shrink: an instance whose memory grew past this (a large file)
+ * is dropped after the call and a fresh one made on the next, so its pages are returned.
+ */
+const KEEP_MEMORY_BELOW = 64 * 2 ** 20;
 
-/** Key group of a metadata change. */
-export const META_KEY_GROUP = -1;
-/** Flag byte of an uncompressed file. */
-export const FLAG_PLAIN = 0;
-/** Flag byte of a Snappy-framed file. */
-export const FLAG_SNAPPY = 1;
-
-/** A decoding failure; `message` matches the Rust codec's `FormatError`. */
+/** A changelog file or change set the component's codec rejected; `message` is the codec's. */
 export class FormatError extends Error {
   constructor(message) {
     super(message);
@@ -23,138 +29,129 @@ export class FormatError extends Error {
   }
 }
 
-/**
- * A file holding `blocks` in order, as parts to write one after the other.
- * @param {Uint8Array[]} blocks encoded change-set blocks
- * @param {boolean} compression
- * @returns {{parts: Uint8Array[], offsets: number[], logical: number}} the parts, each
- *   block's logical offset and the logical length
- */
-export function encodeFile(blocks, compression) {
-  const { offsets, logical } = layout(blocks);
-  if (!compression) {
-    return { parts: [Uint8Array.of(FLAG_PLAIN), ...blocks], offsets, logical };
+/** The codec's sandbox trapped (a guest panic, memory exhausted); the instance was dropped. */
+export class CodecTrap extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'CodecTrap';
   }
-  return { parts: [Uint8Array.of(FLAG_SNAPPY), ...frameCompress(join(blocks, logical))], offsets, logical };
 }
 
-/**
- * Like {@link encodeFile}, with the Snappy framing done by `compress` (a worker pool).
- * @param {Uint8Array[]} blocks
- * @param {boolean} compression
- * @param {(data: Uint8Array) => Promise<Uint8Array>} compress
- */
-export async function encodeFileAsync(blocks, compression, compress) {
-  if (!compression) return encodeFile(blocks, false);
-  const { offsets, logical } = layout(blocks);
-  return { parts: [Uint8Array.of(FLAG_SNAPPY), await compress(join(blocks, logical))], offsets, logical };
+/** Imports of an instance that runs no writer: nothing of them is ever called. */
+function codecImports(capture) {
+  const refuse = (what) => () => {
+    throw String(`the codec instance runs no writer (${what} called)`);
+  };
+  return {
+    ...wasiImports(capture),
+    [IMPORT_KEYS.uploader]: { schedule: refuse('schedule') },
+    [IMPORT_KEYS.registry]: { release: () => {}, stopTracking: () => {} },
+    [IMPORT_KEYS.localRegistry]: { register: () => {}, discardUpTo: () => [] },
+    [IMPORT_KEYS.logging]: { log: () => {} },
+  };
 }
 
-function layout(blocks) {
-  const offsets = [];
-  let logical = 0;
-  for (const block of blocks) {
-    offsets.push(logical);
-    logical += block.length;
-  }
-  return { offsets, logical };
-}
-
-/** The blocks as one buffer of its own (safe to move to a worker). */
-function join(blocks, logical) {
-  const out = new Uint8Array(logical);
-  let offset = 0;
-  for (const block of blocks) {
-    out.set(block, offset);
-    offset += block.length;
-  }
-  return out;
+/** Bytes as one view (jco lowers any TypedArray or ArrayBuffer view as it is). */
+function view(bytes, what) {
+  if (bytes instanceof Uint8Array) return bytes;
+  if (ArrayBuffer.isView(bytes)) return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  throw new TypeError(`${what} must be a Uint8Array`);
 }
 
 /**
- * The logical bytes of a whole file (flag byte and body).
- * @param {Uint8Array} file
- * @returns {Uint8Array}
- * @throws {FormatError}
+ * The component's codec in a sandbox of its own (`host/src/sandbox/codec.rs` is the Rust
+ * host's counterpart). Every method is synchronous and runs on the calling thread.
  */
-export function logicalBytes(file) {
-  if (file.length === 0) throw new FormatError('empty file: no compression flag byte');
-  if (file[0] === FLAG_PLAIN) return file.subarray(1);
-  if (file[0] === FLAG_SNAPPY) {
+export class ComponentCodec {
+  /** @param {import('./component.mjs').Component} component */
+  constructor(component) {
+    this.component = component;
+    this.live = null;
+  }
+
+  /**
+   * A codec over the component at `wasmPath` (default: {@link locateGuestWasm}).
+   * @param {string} [wasmPath]
+   * @returns {Promise<ComponentCodec>}
+   */
+  static async open(wasmPath) {
+    return new ComponentCodec(await loadComponent(wasmPath));
+  }
+
+  #instance() {
+    if (!this.live) {
+      const capture = new Capture();
+      const root = this.component.instantiate(codecImports(capture), MEMORY_LIMIT);
+      this.live = { root, capture, memory: root.memory };
+    }
+    return this.live;
+  }
+
+  #call(what, fn) {
+    const live = this.#instance();
     try {
-      return frameDecompress(file.subarray(1));
+      return fn(live.root);
     } catch (e) {
-      throw new FormatError(`corrupt snappy framed stream: ${e.message}`);
+      // jco throws the `err` case of a result as its string: the codec's message.
+      if (typeof e === 'string') throw new FormatError(e);
+      // Anything else trapped the instance, which stays unusable: drop it.
+      this.live = null;
+      const printed = live.capture.text();
+      throw new CodecTrap(`codec sandbox trapped in ${what}: ${e?.message ?? e}${printed ? `; the guest printed: ${printed}` : ''}`);
+    } finally {
+      if (this.live === live && live.memory && live.memory.buffer.byteLength > KEEP_MEMORY_BELOW) this.live = null;
     }
   }
-  throw new FormatError(`unknown compression flag 0x${file[0].toString(16).padStart(2, '0')} (expected 0x00 or 0x01)`);
+
+  /**
+   * A changelog file holding `blocks` in order.
+   * @param {Uint8Array[]} blocks change-set blocks as the writer encoded them
+   * @param {boolean} compression
+   * @returns {{bytes: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}} the file's
+   *   bytes (a buffer of its own), each block's logical offset, and the logical length
+   * @throws {FormatError|CodecTrap}
+   */
+  encodeFile(blocks, compression) {
+    const views = blocks.map((b, i) => view(b, `block [${i}]`));
+    return this.#call('encode-file', (root) => root.files.encodeFile(views, !!compression));
+  }
+
+  /**
+   * The logical bytes of a whole file (flag byte and body).
+   * @param {Uint8Array} file
+   * @returns {Uint8Array}
+   * @throws {FormatError|CodecTrap}
+   */
+  logicalBytes(file) {
+    const bytes = view(file, 'file');
+    return this.#call('logical-bytes', (root) => root.reader.logicalBytes(bytes));
+  }
+
+  /**
+   * Decodes the change-set block at `offset` of `logical`: metadata first, then key group
+   * by key group in append order.
+   * @param {Uint8Array} logical
+   * @param {bigint|number} offset
+   * @returns {{keyGroup: number, value: Uint8Array}[]}
+   * @throws {FormatError|CodecTrap}
+   */
+  decodeChangeSet(logical, offset) {
+    const bytes = view(logical, 'logical bytes');
+    return this.#call('decode-change-set', (root) => root.reader.decodeChangeSet(bytes, BigInt(offset)));
+  }
 }
 
-/**
- * Decodes the change-set block at `offset` of `logical`: metadata first, then key group
- * by key group in append order. Never trusts a count or length.
- * @param {Uint8Array} logical
- * @param {number} offset
- * @returns {{keyGroup: number, value: Uint8Array}[]}
- * @throws {FormatError}
- */
-export function decodeChangeSet(logical, offset) {
-  const len = logical.length;
-  if (offset > len) throw new FormatError(`offset ${offset} is beyond the logical length ${len}`);
-  const view = new DataView(logical.buffer, logical.byteOffset, logical.byteLength);
-  let pos = offset;
-  const readI32 = () => {
-    if (pos + 4 > len) {
-      throw new FormatError(`truncated change set at logical position ${pos}: need 4 more bytes, ${len - pos} left`);
-    }
-    const v = view.getInt32(pos);
-    pos += 4;
-    return v;
-  };
-  const readCount = (what, minUnit) => {
-    const position = pos;
-    const value = readI32();
-    if (value < 0 || value * minUnit > len - pos) {
-      throw new FormatError(`invalid ${what} ${value} at logical position ${position}`);
-    }
-    return value;
-  };
-  const changes = [];
-  const groups = readCount('group count', 8);
-  for (let g = 0; g < groups; g++) {
-    const count = readCount('change count', 4);
-    const keyGroup = readI32();
-    if (keyGroup < META_KEY_GROUP) {
-      throw new FormatError(`invalid key group ${keyGroup} at logical position ${pos - 4}`);
-    }
-    for (let c = 0; c < count; c++) {
-      const position = pos;
-      const n = readI32();
-      if (n < 0) throw new FormatError(`invalid value length ${n} at logical position ${position}`);
-      if (n > len - pos) {
-        throw new FormatError(`truncated change set at logical position ${pos}: need ${n} more bytes, ${len - pos} left`);
-      }
-      changes.push({ keyGroup, value: logical.subarray(pos, pos + n) });
-      pos += n;
-    }
-  }
-  return changes;
-}
+let shared = null;
 
 /**
- * SHA-256 over every change in order: key group and value length as 4-byte big-endian,
- * then the value (what `dstl read --digest` prints).
- * @param {Iterable<{keyGroup: number, value: Uint8Array}>} changes
- * @returns {string} lowercase hex
+ * A codec shared by readers that were given none, over the component
+ * {@link locateGuestWasm} finds.
+ * @returns {Promise<ComponentCodec>}
  */
-export function digest(changes) {
-  const hash = createHash('sha256');
-  const head = Buffer.alloc(8);
-  for (const change of changes) {
-    head.writeInt32BE(change.keyGroup, 0);
-    head.writeUInt32BE(change.value.length, 4);
-    hash.update(head);
-    hash.update(change.value);
+export function sharedCodec() {
+  if (!shared) {
+    shared = ComponentCodec.open();
+    shared.catch(() => (shared = null));
   }
-  return hash.digest('hex');
+  return shared;
 }

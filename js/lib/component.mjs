@@ -1,6 +1,7 @@
 // The writer component in Node: locating the built `dstl_guest.wasm`, transpiling it with
 // jco (once per component build, into the git-ignored `js/.generated/`), compiling its
-// core modules once, and instantiating it once per writer.
+// core modules once, and instantiating it once per writer (and once per codec: see
+// `codec.mjs`).
 //
 // Everything that knows jco's output shape (import keys, export names, the two patches
 // below) lives in this module, so a change of the WIT or of jco is adapted here.
@@ -247,7 +248,7 @@ export class Component {
    *
    * @param {object} imports
    * @param {number} memoryLimit bytes
-   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}}}
+   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function}, memory: WebAssembly.Memory|null}}
    */
   instantiate(imports, memoryLimit) {
     const pages = Math.max(1, Math.floor(memoryLimit / WASM_PAGE));
@@ -259,7 +260,7 @@ export class Component {
       }
       return instance;
     });
-    return { writer: root.writer, reader: root.reader, memory: exports.memory };
+    return { writer: root.writer, reader: root.reader, files: root.files, memory: exports.memory };
   }
 }
 

@@ -14,7 +14,7 @@ export {
   WriterError,
 } from './errors.mjs';
 export { LocalStore } from './store.mjs';
-export { readHandle } from './reader.mjs';
+export { digest, META_KEY_GROUP, readHandle } from './reader.mjs';
 export { loadManifest, manifestFromSnapshot, storeManifest } from './manifest.mjs';
-export { decodeChangeSet, digest, encodeFile, logicalBytes, META_KEY_GROUP } from './codec.mjs';
+export { CodecTrap, ComponentCodec, FormatError } from './codec.mjs';
 export { capMemory, loadComponent, locateGuestWasm, transpileGuest } from './component.mjs';

@@ -1,5 +1,5 @@
-// File ownership (spec §8), as the Rust host's `registry.rs`, with ownership of local
-// copies kept per writer: the task registry reference-counts uploaded files that no
+// File ownership (ARCHITECTURE.md, "File ownership"), as the Rust host's `registry/`,
+// with ownership of local copies kept per writer: the task registry reference-counts uploaded files that no
 // confirmed checkpoint owns yet; the local registry owns local copies per checkpoint and
 // per writer.
 

@@ -18,10 +18,13 @@
 
 import { randomUUID } from 'node:crypto';
 
-import { CompressPool } from './compress-pool.mjs';
-import { encodeFileAsync } from './codec.mjs';
+import { CodecPool } from './codec-pool.mjs';
 
-/** Bytes in flight against a limit, with an awaitable availability signal (spec §3.3). */
+/**
+ * Bytes in flight against a limit, with an awaitable availability signal: the Node
+ * counterpart of the back-pressure the wasmtime host applies by blocking inside
+ * `schedule` (README.md, "Running dstl in Node").
+ */
 export class Throttle {
   constructor(max) {
     this.max = max;
@@ -182,7 +185,9 @@ export class Metrics {
 /**
  * One upload attempt (uploader.rs): writes the change sets of a batch of tasks into one
  * new file (and a local copy with local recovery on) and computes each change set's
- * result.
+ * result. The file's bytes come from the component's `files.encode-file` (`codec.mjs`),
+ * once per batch: every attempt writes the same bytes. Batches of 256 KiB and more are
+ * encoded on worker threads (`codec-pool.mjs`).
  */
 export class Uploader {
   /**
@@ -190,36 +195,67 @@ export class Uploader {
    * @param {boolean} compression
    * @param {Metrics} metrics
    * @param {(level: string, message: string) => void} log
+   * @param {import('./codec.mjs').ComponentCodec} codec the main thread's codec
+   * @param {number} [threads] at most this many encoding workers
    */
-  constructor(stores, compression, metrics, log, threads = 2) {
+  constructor(stores, compression, metrics, log, codec, threads = 2) {
     this.stores = stores;
     this.compression = compression;
     this.metrics = metrics;
     this.log = log;
-    this.pool = compression ? new CompressPool(threads) : null;
+    this.pool = new CodecPool(codec, threads);
   }
 
-  /** Stops the compression workers. */
+  /** Stops the encoding workers. */
   close() {
-    return this.pool?.close();
+    return this.pool.close();
   }
 
-  /** @returns {Promise<{perTask: object[][], remote: string, local: string|null, changeSets: number, written: number}>} */
-  async upload(tasks) {
+  /**
+   * The file of a batch (the tasks give their blocks up). A batch the codec cannot encode
+   * fails without retries.
+   * @returns {Promise<{bytes: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}>}
+   */
+  async encode(tasks) {
+    const blocks = [];
+    for (const task of tasks) for (const changeSet of task.changeSets) blocks.push(changeSet.block);
+    let file;
+    try {
+      file = await this.pool.encode(blocks, this.compression);
+      // The file holds them now: the batch, held until its outcome is delivered, need not.
+      for (const task of tasks) for (const changeSet of task.changeSets) changeSet.block = null;
+    } catch (e) {
+      const error = new Error(`could not encode the changelog file: ${e?.message ?? e}`);
+      error.fatal = true;
+      throw error;
+    }
+    if (file.offsets.length !== blocks.length) {
+      const error = new Error(`the codec returned ${file.offsets.length} offsets for ${blocks.length} change sets`);
+      error.fatal = true;
+      throw error;
+    }
+    return file;
+  }
+
+  /**
+   * @param {object[]} tasks
+   * @param {Promise<{bytes: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}>} encoded the batch's file ({@link Uploader#encode})
+   * @returns {Promise<{perTask: object[][], remote: string, local: string|null, changeSets: number, written: number}>}
+   */
+  async upload(tasks, encoded) {
     this.metrics.upload_requests++;
     try {
-      return await this.#write(tasks);
+      return await this.#write(tasks, await encoded);
     } catch (e) {
       this.metrics.upload_failures++;
       throw e;
     }
   }
 
-  async #write(tasks) {
-    const blocks = [];
-    for (const task of tasks) for (const changeSet of task.changeSets) blocks.push(changeSet.block);
-    const { parts, offsets, logical } = await encodeFileAsync(blocks, this.compression, (data) => this.pool.compress(data));
-    const written = parts.reduce((sum, part) => sum + part.length, 0);
+  async #write(tasks, file) {
+    const { bytes, offsets, logicalSize } = file;
+    const parts = [bytes];
+    const written = bytes.length;
     const name = randomUUID();
     let path;
     try {
@@ -227,12 +263,14 @@ export class Uploader {
     } catch (e) {
       throw new Error(`could not write changelog file ${name} to ${this.stores.remote.describe()}: ${e.message}`);
     }
-    const remote = { path, fileSize: BigInt(logical) };
+    const remote = { path, fileSize: logicalSize };
     let local = null;
     if (this.stores.local) {
-      // A local copy that cannot be written degrades to a remote-only result (§12.4).
+      // A local copy that cannot be written degrades to a remote-only result, with a
+      // warning, as in the wasmtime host (ARCHITECTURE.md, "Where dstl differs from
+      // Flink", F6): the remote file alone makes the checkpoint durable.
       try {
-        local = { path: await this.stores.local.createParts(name, parts), fileSize: BigInt(logical) };
+        local = { path: await this.stores.local.createParts(name, parts), fileSize: logicalSize };
       } catch (e) {
         this.log('warn', `could not write the local copy of ${name}; the result is remote only: ${e.message}`);
       }
@@ -240,7 +278,7 @@ export class Uploader {
     let i = 0;
     const perTask = tasks.map((task) =>
       task.changeSets.map((changeSet) => {
-        const offset = BigInt(offsets[i++]);
+        const offset = offsets[i++];
         return {
           sequenceNumber: changeSet.sequenceNumber,
           remote,
@@ -250,10 +288,13 @@ export class Uploader {
         };
       }),
     );
-    return { perTask, remote: path, local: local?.path ?? null, changeSets: blocks.length, written };
+    return { perTask, remote: path, local: local?.path ?? null, changeSets: offsets.length, written };
   }
 
-  /** Deletes the files of an attempt that lost (its local copy too, §12.6). */
+  /**
+   * Deletes the files of an attempt that lost, its local copy too (ARCHITECTURE.md,
+   * "Where dstl differs from Flink", F7).
+   */
   async discard(file) {
     for (const [store, path] of [[this.stores.remote, file.remote], [this.stores.local, file.local]]) {
       if (!store || !path) continue;
@@ -343,10 +384,12 @@ export class Scheduler {
     this.metrics.upload_batches++;
     const tasks = batch.map((q) => q.task);
     const lateJobs = this.outstanding.start();
+    // Encoded by the first attempt, once; retries and speculative attempts reuse it.
+    let encoded = null;
     execute(
       this.policy,
       this.pool,
-      () => this.uploader.upload(tasks),
+      () => this.uploader.upload(tasks, (encoded ??= this.uploader.encode(tasks))),
       (file) => this.uploader.discard(file),
       lateJobs,
     ).then(

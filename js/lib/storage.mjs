@@ -1,6 +1,7 @@
 // `ChangelogStorage`: one per process or job. It owns the compiled component, the upload
 // machinery and the registries all its writers share (the Rust host's storage.rs).
 
+import { ComponentCodec } from './codec.mjs';
 import { Config } from './config.mjs';
 import { loadComponent } from './component.mjs';
 import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
@@ -50,7 +51,12 @@ export class ChangelogStorage {
       for (const writer of this.writers) if (writer.id !== except && writer.holds(path)) return true;
       return false;
     });
-    this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log, config.uploadThreads);
+    /**
+     * The component's file format in an instance of its own (never a writer's): files
+     * are encoded and read back through it.
+     */
+    this.codec = new ComponentCodec(component);
+    this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log, this.codec, config.uploadThreads);
     this.scheduler = new Scheduler(config, this.uploader, this.taskRegistry, this.outstanding, this.metricsCounters, log);
     this.closed = false;
     this.nextWriterId = 0;
@@ -155,7 +161,7 @@ export class ChangelogStorage {
    * @returns {Promise<{keyGroup: number, value: Uint8Array}[]>}
    */
   read(handle) {
-    return readHandle(handle, (path) => this.stores.remote.read(path));
+    return readHandle(handle, (path) => this.stores.remote.read(path), this.codec);
   }
 
   /** True while uploads are accepted without exceeding `dstl.dfs.upload.max-in-flight`. */

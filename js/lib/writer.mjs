@@ -12,7 +12,7 @@
 //   a `TrappedError` naming it, the uploaded files it held that no snapshot returned to
 //   the caller references are released, and every later call fails with the same error.
 
-import { META_KEY_GROUP } from './codec.mjs';
+import { META_KEY_GROUP } from './reader.mjs';
 import { InvalidArgumentError, TrappedError, WriterError } from './errors.mjs';
 import { IMPORT_KEYS } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';

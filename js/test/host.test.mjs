@@ -1,7 +1,7 @@
-// The Node host's own parts, against the real component: codec and Snappy framing
-// checked against the component's `reader` export (Rust's codec and `snap` crate inside
-// the sandbox), the store's file writing, configuration, argument validation, the mailbox,
-// the in-flight limit, trap isolation details, and the jco patches.
+// The Node host's own parts, against the real component: the file format through the
+// component's own codec (a dedicated instance, inline and on worker threads), the store's
+// file writing, configuration, argument validation, the mailbox, the in-flight limit,
+// trap isolation details, and the jco patches.
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -12,20 +12,18 @@ import { after, before, describe, test } from 'node:test';
 
 import {
   ChangelogStorage,
+  ComponentCodec,
   Config,
   ConfigError,
+  FormatError,
   InvalidArgumentError,
   LocalStore,
   TrappedError,
   WriterError,
   capMemory,
-  decodeChangeSet,
-  encodeFile,
   loadComponent,
-  logicalBytes,
 } from '../lib/index.mjs';
-import { Capture, wasiImports } from '../lib/wasi.mjs';
-import { IMPORT_KEYS } from '../lib/component.mjs';
+import { CodecPool } from '../lib/codec-pool.mjs';
 
 const RANGE = { start: 0, end: 127 };
 const dirs = [];
@@ -42,71 +40,97 @@ async function open(settings = {}, options = {}) {
   return ChangelogStorage.open({ 'dstl.dfs.base-path': tempDir(), ...settings }, { logger: () => {}, ...options });
 }
 
-/** A bare instance of the component, for its `reader` export. */
-let reader;
+/** The component's codec in an instance of its own. */
+let codec;
 before(async () => {
-  const component = await loadComponent();
-  const noop = () => {};
-  const imports = {
-    ...wasiImports(new Capture()),
-    [IMPORT_KEYS.uploader]: { schedule: noop },
-    [IMPORT_KEYS.registry]: { release: noop, stopTracking: noop },
-    [IMPORT_KEYS.localRegistry]: { register: noop, discardUpTo: () => [] },
-    [IMPORT_KEYS.logging]: { log: noop },
-  };
-  reader = component.instantiate(imports, 256 << 20).reader;
+  codec = await ComponentCodec.open();
 });
 
 describe('codec', () => {
-  test('JS Snappy framing reads back through the component (Rust snap) and back', () => {
+  test('files encoded by the component read back through it, plain and Snappy-framed', () => {
     const text = Buffer.from('the quick brown fox jumps over the lazy dog; '.repeat(5000));
-    for (const data of [Buffer.alloc(0), randomBytes(100), text, randomBytes(200_000), Buffer.concat([text, randomBytes(70_000), text])]) {
-      const { parts, logical } = encodeFile([data], true);
-      const file = Buffer.concat(parts);
-      assert.equal(file[0], 1);
-      assert.equal(logical, data.length);
-      assert.deepEqual(Buffer.from(reader.logicalBytes(file)), data, 'the component reads what JS wrote');
-      assert.deepEqual(Buffer.from(logicalBytes(file)), data, 'JS reads what JS wrote');
-      if (data === text) assert.ok(file.length < data.length / 4, `compressible data shrinks (${file.length} of ${data.length})`);
+    for (const compression of [false, true]) {
+      for (const blocks of [[], [Buffer.alloc(0)], [randomBytes(100)], [text], [randomBytes(200_000), text], [text, randomBytes(70_000), text]]) {
+        const file = codec.encodeFile(blocks, compression);
+        const logical = Buffer.concat(blocks);
+        assert.equal(file.bytes[0], compression ? 1 : 0, 'the flag byte');
+        assert.equal(file.logicalSize, BigInt(logical.length));
+        let offset = 0n;
+        assert.deepEqual([...file.offsets], blocks.map((b) => ((offset += BigInt(b.length)), offset - BigInt(b.length))));
+        if (!compression) assert.deepEqual(Buffer.from(file.bytes), Buffer.concat([Buffer.from([0]), logical]));
+        assert.deepEqual(Buffer.from(codec.logicalBytes(file.bytes)), logical);
+        if (compression && blocks.length === 1 && blocks[0] === text) {
+          assert.ok(file.bytes.length < logical.length / 4, `compressible data shrinks (${file.bytes.length} of ${logical.length})`);
+        }
+      }
     }
   });
 
   test('an empty compressed file is the flag byte and the stream identifier, as Flink writes it', () => {
-    const { parts } = encodeFile([], true);
-    assert.deepEqual([...Buffer.concat(parts)], [1, 0xff, 6, 0, 0, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59]);
-    assert.deepEqual([...Buffer.concat(encodeFile([], false).parts)], [0]);
+    assert.deepEqual([...codec.encodeFile([], true).bytes], [1, 0xff, 6, 0, 0, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59]);
+    assert.deepEqual([...codec.encodeFile([], false).bytes], [0]);
   });
 
-  test('the worked example of spec §6.2 decodes as the component decodes it', () => {
+  test('a hand-assembled file of two change sets decodes key group by key group, metadata first', () => {
     const plain = Buffer.from([
       0x00, 0, 0, 0, 3, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0x4d, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0xaa,
       0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 2, 1, 2, 0, 0, 0, 1, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 2, 0xbb, 0xcc,
     ]);
-    const logical = logicalBytes(plain);
-    for (const offset of [0, 49]) {
-      const js = decodeChangeSet(logical, offset).map((c) => [c.keyGroup, [...c.value]]);
-      const wasm = reader.decodeChangeSet(logical, BigInt(offset)).map((c) => [c.keyGroup, [...c.value]]);
-      assert.deepEqual(js, wasm);
-    }
-    assert.deepEqual(decodeChangeSet(logical, 0).map((c) => c.keyGroup), [-1, 2, 5, 5]);
+    const logical = codec.logicalBytes(plain);
+    const decoded = (offset) => codec.decodeChangeSet(logical, offset).map((c) => [c.keyGroup, [...c.value]]);
+    assert.deepEqual(decoded(0), [[-1, [0x4d]], [2, [0xaa]], [5, [1, 2]], [5, [3]]]);
+    assert.deepEqual(decoded(49n), [[7, [0xbb, 0xcc]]]);
   });
 
-  test("damaged blocks fail in JS with the component's messages", () => {
+  test("damaged files and blocks fail with the codec's messages", () => {
     const block = Buffer.from([0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 4, 1, 2, 3, 4]);
-    const cases = [block.subarray(0, 18), block.subarray(0, 3), Buffer.from([0x7f, 0, 0, 0]), Buffer.concat([block.subarray(0, 12), Buffer.from([0xff, 0xff, 0xff, 0xfe])])];
-    for (const damaged of cases) {
-      let wasm;
-      try {
-        reader.decodeChangeSet(damaged, 0n);
-        assert.fail('the component accepted a damaged block');
-      } catch (e) {
-        wasm = e;
-      }
-      assert.throws(() => decodeChangeSet(damaged, 0), (e) => e.message === wasm, `JS message for ${damaged.toString('hex')}`);
+    const cases = [
+      [block.subarray(0, 18), 0, 'truncated change set at logical position 16: need 4 more bytes, 2 left'],
+      [block.subarray(0, 3), 0, 'truncated change set at logical position 0: need 4 more bytes, 3 left'],
+      [Buffer.from([0x7f, 0, 0, 0]), 0, 'invalid group count 2130706432 at logical position 0'],
+      [Buffer.concat([block.subarray(0, 12), Buffer.from([0xff, 0xff, 0xff, 0xfe])]), 0, 'invalid value length -2 at logical position 12'],
+      [block, 21, 'offset 21 is beyond the logical length 20'],
+    ];
+    for (const [damaged, offset, message] of cases) {
+      assert.throws(() => codec.decodeChangeSet(damaged, offset), (e) => e instanceof FormatError && e.message === message, message);
     }
-    assert.throws(() => decodeChangeSet(block, 21), /offset 21 is beyond the logical length 20/);
-    assert.throws(() => logicalBytes(Buffer.from([7])), /unknown compression flag 0x07/);
-    assert.throws(() => logicalBytes(Buffer.from([1, 0xff, 6, 0, 0, 1, 2, 3, 4, 5, 6])), /corrupt snappy framed stream/);
+    assert.throws(() => codec.logicalBytes(Buffer.from([7])), { name: 'FormatError', message: 'unknown compression flag 0x07 (expected 0x00 or 0x01)' });
+    assert.throws(() => codec.logicalBytes(Buffer.alloc(0)), { name: 'FormatError', message: 'empty file: no compression flag byte' });
+    assert.throws(() => codec.logicalBytes(Buffer.from([1, 0xff, 6, 0, 0, 1, 2, 3, 4, 5, 6])), (e) => e instanceof FormatError && e.message.startsWith('corrupt snappy framed stream: '));
+    // The instance is still usable after errors.
+    assert.deepEqual([...codec.logicalBytes(Buffer.from([0, 9]))], [9]);
+  });
+
+  test('large batches are encoded on worker threads into the same bytes; an instance whose memory grew is replaced', async () => {
+    const pool = new CodecPool(codec, 2);
+    try {
+      const text = Buffer.from('0123456789abcdef'.repeat(64));
+      const blocks = Array.from({ length: 12 }, (_, i) => Buffer.concat([randomBytes(30_000), text, Buffer.alloc(i * 1000, i)]));
+      for (const compression of [false, true]) {
+        const inline = codec.encodeFile(blocks, compression);
+        // Owned copies (moved to a worker) and views into one shared buffer (copied).
+        const owned = blocks.map((b) => Uint8Array.from(b));
+        const shared = Buffer.concat(blocks);
+        let at = 0;
+        const views = blocks.map((b) => shared.subarray(at, (at += b.length)));
+        const [a, b] = await Promise.all([pool.encode(owned, compression), pool.encode(views, compression)]);
+        for (const file of [a, b]) {
+          assert.deepEqual(Buffer.from(file.bytes), Buffer.from(inline.bytes));
+          assert.deepEqual([...file.offsets], [...inline.offsets]);
+          assert.equal(file.logicalSize, inline.logicalSize);
+        }
+        assert.deepEqual(Buffer.from(views[3]), blocks[3], 'views into a shared buffer are left alone');
+      }
+      assert.ok(pool.all.length >= 1 && pool.all.length <= 2);
+      // 80 MiB of blocks grow the codec's memory past what it keeps: the next call gets a
+      // fresh instance, which works as well.
+      const huge = codec.encodeFile([Buffer.alloc(80 << 20, 1)], false);
+      assert.equal(huge.bytes.length, (80 << 20) + 1);
+      assert.equal(codec.live, null);
+      assert.deepEqual([...codec.encodeFile([Buffer.from([1, 2])], false).bytes], [0, 1, 2]);
+    } finally {
+      await pool.close();
+    }
   });
 });
 
