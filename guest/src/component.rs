@@ -291,6 +291,15 @@ impl FilesGuest for Component {
             logical_size,
         })
     }
+
+    fn layout_plain_file(block_sizes: Vec<u64>) -> files::PlainLayout {
+        let (header, offsets, logical_size) = codec::plain_layout(block_sizes);
+        files::PlainLayout {
+            header,
+            offsets,
+            logical_size,
+        }
+    }
 }
 
 export!(Component);

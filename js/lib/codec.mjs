@@ -117,6 +117,18 @@ export class ComponentCodec {
   }
 
   /**
+   * The layout of an uncompressed file of blocks of these sizes, for writing the blocks
+   * as they are: `header` first, then the blocks in order.
+   * @param {number[]} sizes each block's length in bytes
+   * @returns {{header: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}}
+   * @throws {CodecTrap}
+   */
+  layoutPlainFile(sizes) {
+    const lengths = BigUint64Array.from(sizes, (n) => BigInt(n));
+    return this.#call('layout-plain-file', (root) => root.files.layoutPlainFile(lengths));
+  }
+
+  /**
    * The logical bytes of a whole file (flag byte and body).
    * @param {Uint8Array} file
    * @returns {Uint8Array}

@@ -248,7 +248,7 @@ export class Component {
    *
    * @param {object} imports
    * @param {number} memoryLimit bytes
-   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function}, memory: WebAssembly.Memory|null}}
+   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function, layoutPlainFile: Function}, memory: WebAssembly.Memory|null}}
    */
   instantiate(imports, memoryLimit) {
     const pages = Math.max(1, Math.floor(memoryLimit / WASM_PAGE));

@@ -185,9 +185,11 @@ export class Metrics {
 /**
  * One upload attempt (uploader.rs): writes the change sets of a batch of tasks into one
  * new file (and a local copy with local recovery on) and computes each change set's
- * result. The file's bytes come from the component's `files.encode-file` (`codec.mjs`),
- * once per batch: every attempt writes the same bytes. Batches of 256 KiB and more are
- * encoded on worker threads (`codec-pool.mjs`).
+ * result. The file's layout comes from the component (`codec.mjs`), once per batch, so
+ * every attempt writes the same bytes: a plain file is the header of
+ * `files.layout-plain-file` followed by the blocks as they are (nothing copied); a
+ * compressed one is the bytes of `files.encode-file`, on worker threads for batches of
+ * 256 KiB and more (`codec-pool.mjs`).
  */
 export class Uploader {
   /**
@@ -214,16 +216,23 @@ export class Uploader {
   /**
    * The file of a batch (the tasks give their blocks up). A batch the codec cannot encode
    * fails without retries.
-   * @returns {Promise<{bytes: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}>}
+   * @returns {Promise<{parts: Uint8Array[], offsets: BigUint64Array, logicalSize: bigint}>} the
+   *   file's parts to write in order, each block's logical offset, the logical length
    */
   async encode(tasks) {
     const blocks = [];
     for (const task of tasks) for (const changeSet of task.changeSets) blocks.push(changeSet.block);
     let file;
     try {
-      file = await this.pool.encode(blocks, this.compression);
-      // The file holds them now: the batch, held until its outcome is delivered, need not.
-      for (const task of tasks) for (const changeSet of task.changeSets) changeSet.block = null;
+      if (this.compression) {
+        const encoded = await this.pool.encode(blocks, true);
+        // The file holds them now: the batch, held until its outcome is delivered, need not.
+        for (const task of tasks) for (const changeSet of task.changeSets) changeSet.block = null;
+        file = { parts: [encoded.bytes], offsets: encoded.offsets, logicalSize: encoded.logicalSize };
+      } else {
+        const layout = this.pool.codec.layoutPlainFile(blocks.map((b) => b.length));
+        file = { parts: [layout.header, ...blocks], offsets: layout.offsets, logicalSize: layout.logicalSize };
+      }
     } catch (e) {
       const error = new Error(`could not encode the changelog file: ${e?.message ?? e}`);
       error.fatal = true;
@@ -239,7 +248,7 @@ export class Uploader {
 
   /**
    * @param {object[]} tasks
-   * @param {Promise<{bytes: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}>} encoded the batch's file ({@link Uploader#encode})
+   * @param {Promise<{parts: Uint8Array[], offsets: BigUint64Array, logicalSize: bigint}>} encoded the batch's file ({@link Uploader#encode})
    * @returns {Promise<{perTask: object[][], remote: string, local: string|null, changeSets: number, written: number}>}
    */
   async upload(tasks, encoded) {
@@ -253,9 +262,9 @@ export class Uploader {
   }
 
   async #write(tasks, file) {
-    const { bytes, offsets, logicalSize } = file;
-    const parts = [bytes];
-    const written = bytes.length;
+    const { parts, offsets, logicalSize } = file;
+    let written = 0;
+    for (const part of parts) written += part.length;
     const name = randomUUID();
     let path;
     try {

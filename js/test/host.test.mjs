@@ -66,6 +66,16 @@ describe('codec', () => {
     }
   });
 
+  test('the plain layout: its header and the blocks as they are make the file encode-file makes', () => {
+    for (const blocks of [[], [Buffer.alloc(0)], [randomBytes(100)], [randomBytes(200_000), randomBytes(3), randomBytes(70_000)]]) {
+      const layout = codec.layoutPlainFile(blocks.map((b) => b.length));
+      const file = codec.encodeFile(blocks, false);
+      assert.deepEqual(Buffer.concat([layout.header, ...blocks]), Buffer.from(file.bytes));
+      assert.deepEqual([...layout.offsets], [...file.offsets]);
+      assert.equal(layout.logicalSize, file.logicalSize);
+    }
+  });
+
   test('an empty compressed file is the flag byte and the stream identifier, as Flink writes it', () => {
     assert.deepEqual([...codec.encodeFile([], true).bytes], [1, 0xff, 6, 0, 0, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59]);
     assert.deepEqual([...codec.encodeFile([], false).bytes], [0]);

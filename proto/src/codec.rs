@@ -340,14 +340,22 @@ pub fn plain_file<'a>(
     blocks: impl IntoIterator<Item = &'a [u8]>,
 ) -> (Vec<&'a [u8]>, Vec<u64>, u64) {
     let mut parts: Vec<&'a [u8]> = vec![&[FLAG_PLAIN]];
+    parts.extend(blocks);
+    let (_, offsets, logical_size) = plain_layout(parts[1..].iter().map(|b| b.len() as u64));
+    (parts, offsets, logical_size)
+}
+
+/// The layout of an uncompressed file of blocks with these sizes: the header to write
+/// before the blocks (the flag byte), each block's logical offset, and the logical
+/// length. For hosts that write the blocks themselves, without handing them to the codec.
+pub fn plain_layout(block_sizes: impl IntoIterator<Item = u64>) -> (Vec<u8>, Vec<u64>, u64) {
     let mut offsets = Vec::new();
     let mut position = 0u64;
-    for block in blocks {
+    for size in block_sizes {
         offsets.push(position);
-        position += block.len() as u64;
-        parts.push(block);
+        position += size;
     }
-    (parts, offsets, position)
+    (vec![FLAG_PLAIN], offsets, position)
 }
 
 /// Turns the bytes of a whole changelog file into its logical stream.

@@ -283,6 +283,18 @@ fn component_codec_encodes_files_as_the_host_codec_does() {
                 let back = dstl::codec::logical_bytes(&file_bytes).unwrap();
                 assert_eq!(&back[..], &logical[..], "{what}: round trip");
             }
+            // The layout a host writes the blocks by: header then blocks is the plain
+            // file, byte for byte.
+            let sizes: Vec<u64> = blocks.iter().map(|b| b.len() as u64).collect();
+            let (header, layout_offsets, size) = codec
+                .layout_plain_file(&sizes)
+                .unwrap_or_else(|e| panic!("{what}: component layout_plain_file: {e}"));
+            let mut written = header;
+            blocks.iter().for_each(|b| written.extend_from_slice(b));
+            let (plain, _) = dstl::codec::encode_file(&blocks, false).unwrap();
+            assert_eq!(written, plain, "{what}: header and blocks");
+            assert_eq!(layout_offsets, offsets, "{what}: layout offsets");
+            assert_eq!(size, logical.len() as u64, "{what}: layout logical size");
         }
     }
 }

@@ -85,6 +85,21 @@ impl ComponentCodec {
         Ok((file.bytes, file.offsets, file.logical_size))
     }
 
+    /// The layout of an uncompressed file of blocks of `block_sizes` bytes, computed
+    /// inside the sandbox: the header, each block's logical offset, the logical length.
+    pub fn layout_plain_file(
+        &mut self,
+        block_sizes: &[u64],
+    ) -> Result<(Vec<u8>, Vec<u64>, u64), String> {
+        self.start_call();
+        let layout = self
+            .bindings
+            .dstl_changelog_files()
+            .call_layout_plain_file(&mut self.store, block_sizes)
+            .map_err(Self::trap)?;
+        Ok((layout.header, layout.offsets, layout.logical_size))
+    }
+
     /// The change set at `offset` of `logical`, decoded inside the sandbox.
     pub fn decode_change_set(
         &mut self,

@@ -171,6 +171,14 @@ impl FilesGuest for Component {
     ) -> Result<files::EncodedFile, String> {
         Err("this component does not encode".into())
     }
+
+    fn layout_plain_file(_block_sizes: Vec<u64>) -> files::PlainLayout {
+        files::PlainLayout {
+            header: Vec::new(),
+            offsets: Vec::new(),
+            logical_size: 0,
+        }
+    }
 }
 
 export!(Component);
