@@ -214,7 +214,8 @@ export class Uploader {
   }
 
   /**
-   * The file of a batch (the tasks give their blocks up). A batch the codec cannot encode
+   * The file of a batch: a plain one keeps the tasks' blocks as its parts; a compressed
+   * one takes them (they move to the encoding worker). A batch the codec cannot encode
    * fails without retries.
    * @returns {Promise<{parts: Uint8Array[], offsets: BigUint64Array, logicalSize: bigint}>} the
    *   file's parts to write in order, each block's logical offset, the logical length
