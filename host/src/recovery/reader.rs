@@ -104,10 +104,7 @@ pub fn visit_handle(
     );
     let _entered = span.enter();
     let mut changes = 0u64;
-    let result = visit_entries(handle, files, cache, &span, &mut |key_group, value| {
-        changes += 1;
-        visit(key_group, value)
-    });
+    let result = visit_entries(handle, files, cache, &span, visit, &mut changes);
     span.record("changes", changes);
     match &result {
         Ok(()) => {
@@ -128,6 +125,7 @@ fn visit_entries(
     cache: Option<&RecoveryCache>,
     span: &tracing::Span,
     visit: &mut dyn FnMut(i32, &[u8]),
+    visited: &mut u64,
 ) -> Result<(), ReadError> {
     // The files in first-use order, each with the lowest offset the handle needs.
     let mut needed: Vec<(&str, u64, u64)> = Vec::new();
@@ -161,6 +159,7 @@ fn visit_entries(
         let mut reader = ChangeSetReader::new(logical.bytes(), relative).map_err(format)?;
         while let Some((key_group, value)) = reader.next_borrowed().map_err(format)? {
             visit(key_group, value);
+            *visited += 1;
         }
     }
     Ok(())
