@@ -38,7 +38,15 @@ impl ComponentCodec {
         call_timeout: Duration,
     ) -> Result<Self, Trap> {
         let sink: Weak<dyn OutcomeSink> = Weak::<NoWriter>::new();
-        let ctx = WriterCtx::new("codec", 0, memory_limit, call_timeout, services, sink);
+        let ctx = WriterCtx::new(
+            "codec",
+            0,
+            memory_limit,
+            call_timeout,
+            services,
+            sink,
+            metrics::Counter::noop(),
+        );
         let mut store = new_store(pre.engine(), ctx);
         let bindings = pre
             .instantiate(&mut store)

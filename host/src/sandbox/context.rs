@@ -33,8 +33,8 @@ pub(crate) struct WriterCtx {
     /// A `persist` call runs now: uploads it schedules belong to a checkpoint; uploads
     /// scheduled by any other call are pre-emptive.
     pub persisting: bool,
-    /// `dstl_writer_preemptive_uploads_total` of this writer, registered at the first one.
-    preemptive_uploads: Option<metrics::Counter>,
+    /// `dstl_writer_preemptive_uploads_total` of this writer.
+    preemptive_uploads: metrics::Counter,
 }
 
 impl WriterCtx {
@@ -45,6 +45,7 @@ impl WriterCtx {
         call_timeout: Duration,
         services: Arc<Services>,
         sink: Weak<dyn OutcomeSink>,
+        preemptive_uploads: metrics::Counter,
     ) -> Self {
         let stderr = MemoryOutputPipe::new(64 * 1024);
         Self {
@@ -62,16 +63,13 @@ impl WriterCtx {
             holdings: Holdings::default(),
             clock: CallClock::new(call_timeout),
             persisting: false,
-            preemptive_uploads: None,
+            preemptive_uploads,
         }
     }
 
     /// Counts an upload the guest scheduled before any checkpoint.
-    pub fn count_preemptive_upload(&mut self) {
-        let labels = &self.services.writer_labels;
-        self.preemptive_uploads
-            .get_or_insert_with(|| labels.preemptive_uploads(&self.name))
-            .increment(1);
+    pub fn count_preemptive_upload(&self) {
+        self.preemptive_uploads.increment(1);
     }
 
     /// Releases every reference the guest holds that no returned snapshot covers: its

@@ -73,6 +73,7 @@ impl Instance {
         id: WriterId,
         config: &WriterConfig,
         limits: Limits,
+        preemptive_uploads: metrics::Counter,
     ) -> Result<Self, Trap> {
         let ctx = WriterCtx::new(
             &config.name,
@@ -81,6 +82,7 @@ impl Instance {
             limits.call_timeout,
             services,
             sink,
+            preemptive_uploads,
         );
         let mut store = new_store(pre.engine(), ctx);
         let created = pre.instantiate(&mut store).and_then(|bindings| {

@@ -48,12 +48,6 @@ impl WriterLabels {
     pub fn writer(&self, name: &str) -> WriterMetrics {
         WriterMetrics::new(self.label(name))
     }
-
-    /// The pre-emptive upload counter of the writer named `name` (the sandbox's imports
-    /// count those; everything else is counted by [`WriterMetrics`]).
-    pub fn preemptive_uploads(&self, name: &str) -> Counter {
-        counter!(WRITER_PREEMPTIVE_UPLOADS, "writer" => self.label(name))
-    }
 }
 
 /// Handles of one writer's metrics. Without a recorder each is empty and recording is a
@@ -66,6 +60,7 @@ pub(crate) struct WriterMetrics {
     persist_failures: Counter,
     persist_latency: Histogram,
     traps: Counter,
+    preemptive_uploads: Counter,
 }
 
 impl Default for WriterMetrics {
@@ -77,23 +72,28 @@ impl Default for WriterMetrics {
             persist_failures: Counter::noop(),
             persist_latency: Histogram::noop(),
             traps: Counter::noop(),
+            preemptive_uploads: Counter::noop(),
         }
     }
 }
 
 impl WriterMetrics {
     fn new(label: String) -> Self {
-        // Registered now so that every family shows (at 0) from the writer's creation on;
-        // the pre-emptive counter is registered by the sandbox, which increments it.
-        let _ = counter!(WRITER_PREEMPTIVE_UPLOADS, "writer" => label.clone());
+        // Registered now so that every family shows (at 0) from the writer's creation on.
         Self {
             appends: counter!(WRITER_APPENDS, "writer" => label.clone()),
             appended_bytes: counter!(WRITER_APPENDED_BYTES, "writer" => label.clone()),
             persists: counter!(WRITER_PERSISTS, "writer" => label.clone()),
             persist_failures: counter!(WRITER_PERSIST_FAILURES, "writer" => label.clone()),
             persist_latency: histogram!(WRITER_PERSIST_LATENCY, "writer" => label.clone()),
-            traps: counter!(WRITER_TRAPS, "writer" => label),
+            traps: counter!(WRITER_TRAPS, "writer" => label.clone()),
+            preemptive_uploads: counter!(WRITER_PREEMPTIVE_UPLOADS, "writer" => label),
         }
+    }
+
+    /// The pre-emptive upload counter, for the sandbox's imports, which see those uploads.
+    pub fn preemptive_uploads(&self) -> Counter {
+        self.preemptive_uploads.clone()
     }
 
     /// `changes` changes of `bytes` payload bytes were accepted.

@@ -59,8 +59,8 @@ impl WriterCore {
         config: WriterConfig,
         instance: Option<Instance>,
         services: Arc<Services>,
+        metrics: WriterMetrics,
     ) -> Self {
-        let metrics = services.writer_labels.writer(&name);
         Self {
             span: tracing::info_span!("writer", writer = %name, id),
             name,

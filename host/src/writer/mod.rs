@@ -62,13 +62,30 @@ impl Writer {
             None => &runtime.pre,
         };
         let name = config.name.clone();
+        let metrics = services.writer_labels.writer(&name);
         let mut setup_error = None;
         let core = Arc::new_cyclic(|this: &Weak<WriterCore>| {
             let sink: Weak<dyn OutcomeSink> = this.clone();
-            let instance = Instance::new(pre, services.clone(), sink, id, &config, limits)
-                .map_err(|trap| setup_error = Some(trap))
-                .ok();
-            WriterCore::new(name.clone(), id, config.clone(), instance, services.clone())
+            let preemptive_uploads = metrics.preemptive_uploads();
+            let instance = Instance::new(
+                pre,
+                services.clone(),
+                sink,
+                id,
+                &config,
+                limits,
+                preemptive_uploads,
+            )
+            .map_err(|trap| setup_error = Some(trap))
+            .ok();
+            WriterCore::new(
+                name.clone(),
+                id,
+                config.clone(),
+                instance,
+                services.clone(),
+                metrics,
+            )
         });
         if let Some(trap) = setup_error {
             return Err(Error::Trapped {
