@@ -16,6 +16,7 @@ use crate::recovery::reader::{self, ReadError};
 use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
 use crate::sandbox::{ComponentCodec, Runtime, WriterComponent};
 use crate::services::Services;
+use crate::store::lease::Lease;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
 use crate::telemetry::WriterLabels;
 use crate::upload::buffers::BlockPool;
@@ -37,6 +38,9 @@ pub struct ChangelogStorage {
     closed: AtomicBool,
     /// Runs uploads and the batching timer.
     io: Option<tokio::runtime::Runtime>,
+    /// Tells `dstl gc` that this storage is open and may hold files of the job that no
+    /// manifest names yet; released at close.
+    lease: Option<Lease>,
 }
 
 impl ChangelogStorage {
@@ -73,6 +77,8 @@ impl ChangelogStorage {
     /// Opens a storage whose uploads go to `store` instead of `<base>/<job-id>/dstl/`.
     pub fn open_with_store(config: Config, store: Arc<dyn Store>) -> Result<Self, Error> {
         config.validate()?;
+        let lease = Lease::take(&config.location(), &config.s3, &config.job_id)
+            .map_err(|e| Error::setup("cannot take the job's lease", e))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(config.upload_threads + 2)
@@ -151,6 +157,7 @@ impl ChangelogStorage {
             next_writer: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             io: Some(runtime),
+            lease: Some(lease),
         })
     }
 
@@ -313,6 +320,9 @@ impl ChangelogStorage {
             .close(grace.saturating_sub(started.elapsed()));
         if let Some(runtime) = self.io.take() {
             runtime.shutdown_background();
+        }
+        if let Some(lease) = self.lease.take() {
+            lease.release();
         }
     }
 }

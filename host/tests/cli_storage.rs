@@ -309,3 +309,118 @@ fn gc_refuses_an_empty_manifest_directory() {
         "{out:?}"
     );
 }
+
+/// The digests of both writers' manifests in `manifests`.
+fn digests(dir: &Path, manifests: &str) -> Vec<String> {
+    ["op-0", "op-1"]
+        .iter()
+        .map(|w| {
+            stdout(&dstl(
+                dir,
+                &["read", &format!("{manifests}/{w}.json"), "--digest"],
+            ))
+        })
+        .collect()
+}
+
+/// gc recognizes a file by what it is, not how its path is spelled: after the base moved
+/// and a symlink took its old place, the manifests' paths lead to the listed files
+/// through the link, and gc deletes none of them.
+#[test]
+fn gc_through_a_symlinked_base_keeps_every_manifest_readable() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_job(tmp.path(), &"d".repeat(32), "m");
+    let before = digests(tmp.path(), "m");
+    std::fs::rename(tmp.path().join("dstl-data"), tmp.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink("moved", tmp.path().join("dstl-data")).unwrap();
+    assert_eq!(digests(tmp.path(), "m"), before);
+    let files = files_of(&tmp.path().join("moved").join("d".repeat(32)).join("dstl"));
+    let out = stdout(&dstl(
+        tmp.path(),
+        &["gc", "--manifests", "m", "--delete", "--grace", "0s"],
+    ));
+    assert!(out.contains("0 orphans"), "{out}");
+    assert_eq!(
+        files_of(&tmp.path().join("moved").join("d".repeat(32)).join("dstl")),
+        files
+    );
+    assert_eq!(digests(tmp.path(), "m"), before);
+}
+
+/// A manifest that names the job's files under another base (here a copy of the base)
+/// makes gc refuse, saying so, instead of judging the listed files unused.
+#[test]
+fn gc_refuses_manifests_written_for_another_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = "e".repeat(32);
+    run_job(tmp.path(), &job, "m");
+    let copy = tmp.path().join("copy");
+    let status = Command::new("cp")
+        .args(["-a", "dstl-data", "copy"])
+        .current_dir(tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let files = files_of(&copy.join(&job).join("dstl"));
+    let out = dstl(
+        tmp.path(),
+        &[
+            "gc",
+            "--manifests",
+            "m",
+            "--dir",
+            "copy",
+            "--delete",
+            "--grace",
+            "0s",
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("another base"), "{stderr}");
+    assert_eq!(files_of(&copy.join(&job).join("dstl")), files);
+}
+
+/// gc stays inside the base: a job's `dstl/` that is a symlink to a directory elsewhere,
+/// and symlinked files, are reported as skipped and never followed.
+#[test]
+fn gc_does_not_follow_symlinks_out_of_the_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = "f".repeat(32);
+    run_job(tmp.path(), &job, "m");
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let precious = elsewhere.join("00000000-0000-0000-0000-000000000001");
+    std::fs::write(&precious, b"not dstl's").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(&precious)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let other_job = tmp.path().join("dstl-data").join("1".repeat(32));
+    std::fs::create_dir(&other_job).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, other_job.join("dstl")).unwrap();
+    let dir = tmp.path().join("dstl-data").join(&job).join("dstl");
+    let link = dir.join("00000000-0000-0000-0000-000000000002");
+    std::os::unix::fs::symlink(&precious, &link).unwrap();
+    let out = stdout(&dstl(
+        tmp.path(),
+        &[
+            "gc",
+            "--manifests",
+            "m",
+            "--job",
+            &"1".repeat(32),
+            "--delete",
+            "--grace",
+            "0s",
+        ],
+    ));
+    assert!(out.contains("skipped symbolic link"), "{out}");
+    assert!(out.contains(&link.display().to_string()), "{out}");
+    assert!(precious.exists(), "{out}");
+    assert!(std::fs::symlink_metadata(&link).is_ok(), "{out}");
+    assert_eq!(digests(tmp.path(), "m").len(), 2);
+}

@@ -1,10 +1,15 @@
 // A local directory as a store, writing exactly as the Rust host's `LocalStore`
 // (`host/src/store/local.rs`): a file is written under the temporary name
-// `.NAME.PID.tmp`, fsync'd, hard-linked into place (which fails rather than overwrite),
-// and the directory fsync'd before the write counts; a failed write leaves nothing.
+// `.NAME.PID.N.tmp` (N counts this process's creates), fsync'd, hard-linked into place
+// (which fails rather than overwrite), and the directory fsync'd before the write
+// counts; a failed write leaves nothing. Directories the store creates are made durable
+// in their parents.
 
 import { link, mkdir, open, readdir, readFile, realpath, rm, stat, unlink } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
+
+/** Creates so far in this process: each gets a staging name of its own. */
+let staged = 0;
 
 /**
  * The store interface the host uploads through (tests substitute their own):
@@ -41,6 +46,37 @@ export async function syncDir(dir) {
   }
 }
 
+/**
+ * Creates `dir` and its missing ancestors, fsyncing each new directory's parent so the
+ * new names survive a power loss, as `create_dirs_durably` in the Rust host does.
+ * Returns the directories it created, outermost first.
+ * @param {string} dir
+ * @returns {Promise<string[]>}
+ */
+export async function createDirsDurably(dir) {
+  const missing = [];
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    try {
+      await stat(d);
+      break;
+    } catch (e) {
+      if (e.code !== 'ENOENT') throw e;
+      missing.push(d);
+    }
+    if (dirname(d) === d) break;
+  }
+  missing.reverse();
+  for (const d of missing) {
+    try {
+      await mkdir(d);
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+    }
+    await syncDir(dirname(d));
+  }
+  return missing;
+}
+
 /** A directory of changelog files. */
 export class LocalStore {
   /** @param {string} dir absolute and canonical; use {@link LocalStore.open} */
@@ -55,7 +91,7 @@ export class LocalStore {
    * @returns {Promise<LocalStore>}
    */
   static async open(dir) {
-    await mkdir(dir, { recursive: true });
+    await createDirsDurably(dir);
     return new LocalStore(await realpath(dir));
   }
 
@@ -74,7 +110,8 @@ export class LocalStore {
    */
   async createParts(name, parts) {
     const target = join(this.dir, name);
-    const staging = join(this.dir, `.${name}.${process.pid}.tmp`);
+    // A staging name of this call alone: two creates of one name must not share it.
+    const staging = join(this.dir, `.${name}.${process.pid}.${staged++}.tmp`);
     let linked = false;
     try {
       const handle = await open(staging, 'wx');

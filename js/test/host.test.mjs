@@ -24,6 +24,7 @@ import {
   loadComponent,
 } from '../lib/index.mjs';
 import { CodecPool } from '../lib/codec-pool.mjs';
+import { createDirsDurably } from '../lib/store.mjs';
 
 const RANGE = { start: 0, end: 127 };
 const dirs = [];
@@ -160,6 +161,29 @@ describe('store', () => {
       await assert.rejects(store.delete(bad), /is not a file of the store/);
     }
     assert.ok(existsSync(outside));
+  });
+
+  test('concurrent creates of one name do not share a staging file: exactly one wins, whole', async () => {
+    const store = await LocalStore.open(tempDir());
+    const contents = Array.from({ length: 8 }, (_, i) => Buffer.alloc(1 << 20, i));
+    const results = await Promise.allSettled(contents.map((c) => store.createParts('same', [c])));
+    const won = results.filter((r) => r.status === 'fulfilled');
+    assert.equal(won.length, 1, JSON.stringify(results.map((r) => r.reason?.code ?? 'ok')));
+    for (const r of results.filter((r) => r.status === 'rejected')) {
+      assert.equal(r.reason.code, 'EEXIST');
+    }
+    const bytes = readFileSync(won[0].value);
+    assert.ok(contents.some((c) => c.equals(bytes)), 'the winner is one whole content');
+    assert.deepEqual(readdirSync(store.dir), ['same']);
+  });
+
+  test('open creates the missing directories and makes each durable in its parent', async () => {
+    const base = tempDir();
+    const dir = join(base, 'x', 'y', 'z');
+    assert.deepEqual(await createDirsDurably(dir), [join(base, 'x'), join(base, 'x', 'y'), dir]);
+    assert.deepEqual(await createDirsDurably(dir), []);
+    const store = await LocalStore.open(join(dir, 'w'));
+    assert.ok(existsSync(store.dir));
   });
 });
 

@@ -81,6 +81,14 @@ pub enum FormatError {
         /// Where it stands.
         position: u64,
     },
+    /// Bytes follow the end of a change-set block that must stand alone.
+    #[error("{extra} bytes after the change set, which ends at position {end}")]
+    TrailingBytes {
+        /// Where the change set ends.
+        end: u64,
+        /// Bytes after it.
+        extra: u64,
+    },
 }
 
 /// An open change set. Values stay where they arrived: a packed batch handed over whole
@@ -511,6 +519,23 @@ impl Iterator for ChangeSetReader<'_> {
     }
 }
 
+/// The payload (the sum of the value lengths) of `block`, which must be exactly one
+/// well-formed change-set block: what a host counts against its limits instead of the
+/// size a writer claims for the block.
+pub fn block_payload(block: &[u8]) -> Result<u64, FormatError> {
+    let mut reader = ChangeSetReader::new(block, 0)?;
+    let mut payload = 0u64;
+    while let Some((_, value)) = reader.next_borrowed()? {
+        // A value is never longer than the block that holds it, so this cannot wrap.
+        payload += value.len() as u64;
+    }
+    let end = reader.position();
+    match block.len() as u64 - end {
+        0 => Ok(payload),
+        extra => Err(FormatError::TrailingBytes { end, extra }),
+    }
+}
+
 /// Decodes the change-set block at `offset` of `logical` into its changes.
 pub fn decode_change_set(logical: &[u8], offset: u64) -> Result<Vec<Change>, FormatError> {
     ChangeSetReader::new(logical, offset)?.collect()
@@ -664,6 +689,28 @@ mod tests {
         }
     }
 
+    #[test]
+    fn block_payload_counts_values_and_refuses_anything_but_one_block() {
+        let block = encode_change_set([(3, &b"abc"[..]), (-1, b""), (3, b"de")]);
+        assert_eq!(block_payload(&block), Ok(5));
+        assert_eq!(block_payload(&encode_change_set([])), Ok(0));
+        let mut trailing = block.clone();
+        trailing.push(0);
+        assert_eq!(
+            block_payload(&trailing),
+            Err(FormatError::TrailingBytes {
+                end: block.len() as u64,
+                extra: 1
+            })
+        );
+        assert!(matches!(
+            block_payload(&block[..block.len() - 1]),
+            Err(FormatError::Truncated { .. })
+        ));
+        assert!(block_payload(&[]).is_err());
+        assert!(block_payload(&[0; 4096]).is_err(), "zeros are not a block");
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), offset in 0u64..600) {
@@ -671,6 +718,7 @@ mod tests {
                 let _ = decode_change_set(&logical, offset);
             }
             let _ = decode_change_set(&bytes, offset);
+            let _ = block_payload(&bytes);
         }
 
         /// Values handed over as shared segments, copied one by one, or both, and key
@@ -698,7 +746,9 @@ mod tests {
                 start += v.len();
             }
             prop_assert_eq!(builder.payload_size(), changes.iter().map(|c| c.1.len() as u64).sum::<u64>());
-            prop_assert_eq!(builder.encode(), copied);
+            let encoded = builder.encode();
+            prop_assert_eq!(block_payload(&encoded), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
+            prop_assert_eq!(encoded, copied);
             prop_assert!(builder.is_empty());
         }
 

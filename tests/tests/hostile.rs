@@ -648,11 +648,15 @@ fn gc_never_deletes_what_manifests_name_outside_the_store() {
         "gc only lists files under the base: {files:?}"
     );
     let report = dstl::gc::classify(
-        files,
-        &referenced,
+        dstl::gc::Listing {
+            files,
+            ..Default::default()
+        },
+        &live,
         std::time::Duration::ZERO,
         std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
-    );
+    )
+    .unwrap();
     assert_eq!(
         report
             .orphans

@@ -170,24 +170,35 @@ fn gc_finds_and_deletes_orphans_in_the_bucket() {
     storage.wait_idle();
     let config = storage.config().clone();
     let live = dstl::gc::live(manifests.path()).unwrap();
-    let referenced = live.paths.clone();
-    let files = dstl::gc::stored_files(&config, &live.jobs).unwrap().files;
+    let listing = dstl::gc::stored_files(&config, &live.jobs).unwrap();
+    // The open storage's lease lives in the bucket beside the job's files.
+    assert_eq!(listing.leases.len(), 1, "{:?}", listing.leases);
+    assert!(listing.leases[0].is_live(std::time::SystemTime::now()));
+    let files = listing.files;
     let young = dstl::gc::classify(
-        files.clone(),
-        &referenced,
+        dstl::gc::Listing {
+            files: files.clone(),
+            ..Default::default()
+        },
+        &live,
         Duration::from_secs(3600),
         std::time::SystemTime::now(),
-    );
+    )
+    .unwrap();
     assert!(
         young.orphans.is_empty(),
         "nothing is an orphan within the grace period"
     );
     let report = dstl::gc::classify(
-        files,
-        &referenced,
+        dstl::gc::Listing {
+            files,
+            ..Default::default()
+        },
+        &live,
         Duration::ZERO,
         std::time::SystemTime::now() + Duration::from_secs(1),
-    );
+    )
+    .unwrap();
     let orphans: Vec<&str> = report
         .orphans
         .iter()

@@ -252,3 +252,58 @@ fn a_dropped_writer_releases_only_what_no_returned_snapshot_names() {
     );
     assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
 }
+
+/// The host counts what a block holds, not what the guest says it holds: a task that
+/// lies about its sizes, is no change-set block, has no change sets or numbers them out
+/// of order is a guest fault of that writer; nothing of it is uploaded, and other writers
+/// carry on.
+#[test]
+fn upload_tasks_that_lie_about_their_contents_trap_their_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+            "dstl.dfs.upload.max-in-flight=1kb",
+        ],
+    );
+    for (misbehaviour, mentions) in [
+        (
+            "schedule-lying 4000000",
+            "claims 0 payload bytes, its block holds 4000000",
+        ),
+        ("schedule-garbage 64", "is not one change-set block"),
+        ("schedule-empty", "has no change sets"),
+        (
+            "schedule-descending",
+            "sequence number 3 does not ascend after 5",
+        ),
+    ] {
+        let h = hostile(&storage, &component, WriterOptions::default());
+        expect_trap(command(&h, misbehaviour), TrapKind::GuestFault, mentions);
+    }
+    storage.wait_idle();
+    assert!(files(&storage.config().job_dir()).is_empty());
+    // The in-flight limit was never charged, so a healthy writer is not held back.
+    let (_healthy, snapshot) = returned_snapshot(&storage, &[7; 512]);
+    assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
+}
+
+/// A snapshot the guest returns must name only change sets the host delivered to that
+/// writer: one naming another writer's file is a guest fault, and the file stays.
+#[test]
+fn a_snapshot_naming_another_writers_file_traps_the_forger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &[]);
+    let (healthy, snapshot) = returned_snapshot(&storage, b"someone else's");
+    let path = remote_paths(&snapshot)[0].clone();
+    let h = hostile(&storage, &component, WriterOptions::default());
+    command(&h, &format!("forge {path}")).unwrap();
+    let cause = expect_trap(h.persist(0, 1).map(|_| ()), TrapKind::GuestFault, &path);
+    assert!(cause.contains("snapshot"), "{cause}");
+    storage.wait_idle();
+    assert_eq!(storage.task_registry().count(&path), Some(1));
+    assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
+    healthy.confirm(0, 1, 1).unwrap();
+}

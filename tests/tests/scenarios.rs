@@ -838,3 +838,49 @@ fn an_append_racing_close_is_never_accepted_after_it() {
         );
     }
 }
+
+// ---- orphan collection during a live job ----
+
+/// A writer keeps uploaded change sets for its next snapshot: while no checkpoint
+/// completes, their files are named by no manifest and grow older than any grace
+/// period. The open storage's lease keeps `dstl gc` from deleting them, so the next
+/// acknowledged checkpoint reads back.
+#[test]
+fn gc_during_a_live_job_keeps_what_the_next_checkpoint_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = open(tmp.path(), &[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let (first, _) = dstl_tests::harness::checkpoint(&w, 0, 1, b"one").unwrap();
+    dstl::manifest::Manifest::from_snapshot(&first)
+        .store(&manifests.join("op.json"))
+        .unwrap();
+    // Checkpoint 2 is aborted: its change set stays with the writer, in no manifest.
+    w.append(2, b"two").unwrap();
+    let to = w.next_sequence_number().unwrap();
+    w.persist(0, 2).unwrap().wait().unwrap();
+    w.reset(0, to, 2).unwrap();
+    storage.wait_idle();
+    let grace = std::time::Duration::from_millis(500);
+    std::thread::sleep(grace * 2);
+    let live = dstl::gc::live(&manifests).unwrap();
+    let listing = dstl::gc::stored_files(storage.config(), &live.jobs).unwrap();
+    assert_eq!(listing.leases.len(), 1, "the open storage's lease");
+    let report = dstl::gc::classify(listing, &live, grace, std::time::SystemTime::now()).unwrap();
+    assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+    assert_eq!(report.leased, 1);
+    dstl::gc::delete(storage.config(), &report).unwrap();
+    let (third, _) = dstl_tests::harness::checkpoint(&w, 0, 3, b"three").unwrap();
+    assert_eq!(
+        dstl_tests::harness::payloads(&storage, &third.remote),
+        vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+    );
+    // Closed, the storage holds nothing: its lease is gone, and what no manifest names
+    // is an orphan again.
+    let config = storage.config().clone();
+    drop(w);
+    storage.close();
+    let listing = dstl::gc::stored_files(&config, &live.jobs).unwrap();
+    assert!(listing.leases.is_empty());
+}

@@ -692,3 +692,120 @@ fn deletions_run_on_at_most_discard_num_threads() {
         assert_eq!(store.max_concurrent_deletes(), threads);
     }
 }
+
+// ---- hung stores and idle writers ----
+
+/// Hung attempts that hold every upload thread do not stop the retry policy: the attempt
+/// waiting for a thread is on the clock too, so the persist fails within
+/// `max-attempts × timeout` whatever the store does.
+#[test]
+fn a_frozen_store_fails_persists_within_the_retry_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.upload.num-threads=1",
+            "dstl.dfs.upload.timeout=200ms",
+            "dstl.dfs.upload.max-attempts=2",
+        ],
+    );
+    store.plan([Fault::Hang, Fault::Hang, Fault::Hang, Fault::Hang]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, b"frozen").unwrap();
+    let started = Instant::now();
+    let first = w.persist(0, 1).unwrap();
+    let from = w.next_sequence_number().unwrap();
+    w.append(0, b"behind").unwrap();
+    let second = w.persist(from, 2).unwrap();
+    let outcomes = spawn(move || (first.wait(), second.wait()))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("both persists fail within their retry policy");
+    let failed_after = started.elapsed();
+    for outcome in [outcomes.0, outcomes.1] {
+        let error = outcome.unwrap_err();
+        assert!(
+            error.to_string().contains("timed out after 200 ms"),
+            "{error}"
+        );
+    }
+    assert!(failed_after < Duration::from_secs(3), "{failed_after:?}");
+    store.open_gate();
+    storage.wait_idle();
+    assert!(store.files().is_empty(), "{:?}", store.files());
+}
+
+/// `Writer::close` does not wait behind a call of the same writer that is blocked on the
+/// in-flight limit of a frozen store: it returns at once and fails that call.
+#[test]
+fn closing_a_writer_ends_its_call_waiting_for_capacity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+            "dstl.dfs.upload.max-in-flight=10b",
+            "dstl.dfs.upload.timeout=0",
+        ],
+    );
+    store.plan([Fault::Hang]);
+    let w = Arc::new(storage.create_writer("op", RANGE).unwrap());
+    w.append(0, &[1; 10]).unwrap();
+    let _first = w.persist(0, 1).unwrap();
+    let from = w.next_sequence_number().unwrap();
+    w.append(0, &[2; 10]).unwrap();
+    let blocked = w.clone();
+    let second = spawn(move || blocked.persist(from, 2).map(|_| ()));
+    assert!(
+        second.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the second persist waits for capacity"
+    );
+    let started = Instant::now();
+    w.close().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let outcome = second
+        .recv_timeout(Duration::from_secs(1))
+        .expect("the waiting call ends with the close");
+    assert!(outcome.is_err(), "{outcome:?}");
+    store.open_gate();
+}
+
+/// Outcomes reach their persists while the writer is idle: no further call of the writer
+/// is needed, however the uploads' completions interleave with its appends.
+#[test]
+fn persists_of_an_idle_writer_complete_without_further_calls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, _store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+        ],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let mut pending = Vec::new();
+    let mut from = 0;
+    let mut i = 0u32;
+    for checkpoint in 1..=30 {
+        w.append(0, &[1; 64]).unwrap();
+        pending.push(w.persist(from, checkpoint).unwrap());
+        from = w.next_sequence_number().unwrap();
+        // Single appends, which the host buffers, while the upload completes: its outcome
+        // arrives while a buffered append holds the writer.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(20) {
+            w.append((i % 128) as i32, &i.to_le_bytes()).unwrap();
+            i += 1;
+        }
+    }
+    // The writer is idle from here on.
+    let outcomes = spawn(move || pending.into_iter().map(|p| p.wait()).collect::<Vec<_>>())
+        .recv_timeout(EVENTUALLY)
+        .expect("every persist completes while the writer is idle");
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+}

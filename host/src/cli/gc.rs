@@ -43,30 +43,25 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
     jobs.extend(args.jobs.iter().cloned());
     let listing = dstl::gc::stored_files(&config, &jobs)?;
     let referenced = &live.paths;
-    let report = dstl::gc::classify(
-        listing.files,
-        referenced,
-        args.grace,
-        std::time::SystemTime::now(),
-    );
+    let links = listing.skipped_links.clone();
+    let skipped_jobs = listing.skipped_jobs.clone();
+    let report = dstl::gc::classify(listing, &live, args.grace, std::time::SystemTime::now())?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "jobs collected: {}",
         jobs.iter().cloned().collect::<Vec<_>>().join(", ")
     )?;
-    if !listing.skipped_jobs.is_empty() {
+    if !skipped_jobs.is_empty() {
         writeln!(
             out,
             "jobs skipped (no manifest in {} names them; pass --job ID to collect one): {}",
             args.manifests.display(),
-            listing
-                .skipped_jobs
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            skipped_jobs.iter().cloned().collect::<Vec<_>>().join(", ")
         )?;
+    }
+    for link in &links {
+        writeln!(out, "skipped symbolic link (not followed)\t{link}")?;
     }
     for orphan in &report.orphans {
         writeln!(
@@ -86,10 +81,11 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
     };
     writeln!(
         out,
-        "{} files examined: {} referenced by {} live paths, {} younger than the grace period, {} orphans ({bytes} bytes): {verdict}",
+        "{} files examined: {} referenced by {} live paths, {} held by an open storage (live lease), {} younger than the grace period, {} orphans ({bytes} bytes): {verdict}",
         report.examined,
         report.referenced,
         referenced.len(),
+        report.leased,
         report.young,
         report.orphans.len()
     )?;

@@ -5,14 +5,26 @@
 //! A collection is scoped to jobs: those its manifests name (or that are named
 //! explicitly). Jobs sharing the base directory have manifests elsewhere, so their files
 //! are never examined.
+//!
+//! Three rules keep it from deleting what is live:
+//! - Files are compared by identity, not by how a path is spelled: a listed file is
+//!   referenced if a manifest names its path or the same file (device and inode) by
+//!   another path (a symlinked or moved base, a second mount). A manifest naming the
+//!   same store location (`<job>/dstl/<file>`) under another base stops the collection.
+//! - Nothing outside the base is touched: symbolic links below it are reported as
+//!   skipped, never followed.
+//! - An open storage's lease ([`crate::store::lease`]) protects every file of its job
+//!   written since the storage opened: a writer holds change sets for a checkpoint that
+//!   has not completed yet, and no manifest names them until it does.
 
-use std::collections::{BTreeSet, HashSet};
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::manifest::{Manifest, ManifestError};
 use crate::config::Config;
-use crate::store::{LocalStore, Location, S3Error, S3Store, Store, StoredFile};
+use crate::store::lease::{CLOCK_SKEW, LEASE_DIR, LeaseRecord, is_lease_name};
+use crate::store::{Location, S3Error, S3Store, Store, StoredFile};
 
 /// Why a collection cannot run; it then deletes nothing.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +62,18 @@ pub enum GcError {
     /// The object store cannot be reached.
     #[error(transparent)]
     S3(#[from] S3Error),
+    /// A manifest names a file of a listed job under another base: the listing and the
+    /// manifests disagree about where the job lives, so nothing can be judged unused.
+    #[error(
+        "a manifest names {named}, but the file at that place in the listed base is {listed}, a different file: \
+         the manifests were written for another base (or a copy of it); refusing to collect"
+    )]
+    ForeignBase {
+        /// The path a manifest names.
+        named: String,
+        /// The listed file at the same store-relative location.
+        listed: String,
+    },
     /// An orphan cannot be deleted (the ones before it were).
     #[error("cannot delete {path}: {source}")]
     Delete {
@@ -86,6 +110,9 @@ pub struct Report {
     pub referenced: usize,
     /// Unreferenced files younger than the grace period (maybe still being committed).
     pub young: usize,
+    /// Unreferenced files a live lease protects: an open storage may still hold them
+    /// for a checkpoint that has not completed yet.
+    pub leased: usize,
     /// Unreferenced files older than the grace period.
     pub orphans: Vec<Orphan>,
 }
@@ -95,6 +122,13 @@ pub struct Report {
 pub struct Live {
     /// Every path (remote and local) the manifests reference.
     pub paths: HashSet<String>,
+    /// The same files by their location within a store (see [`store_key`]), with the
+    /// path a manifest names each by: how a file listed under another spelling of the
+    /// base is recognized (or found to belong to another base).
+    pub keys: HashMap<String, String>,
+    /// Device and inode of every local file the manifests name that exists: a file is
+    /// the same file whatever path (symlink, second mount, moved base) leads to it.
+    pub identities: HashSet<(u64, u64)>,
     /// The jobs those paths belong to: the collection's scope.
     pub jobs: BTreeSet<String>,
     /// Manifests read.
@@ -123,6 +157,12 @@ pub fn live(dir: &Path) -> Result<Live, GcError> {
             if let Some(job) = job_of(&entry.path) {
                 live.jobs.insert(job);
             }
+            if let Some(key) = store_key(&entry.path) {
+                live.keys.insert(key, entry.path.clone());
+            }
+            if let Some(identity) = identity(Path::new(&entry.path), true) {
+                live.identities.insert(identity);
+            }
             live.paths.insert(entry.path.clone());
         }
     }
@@ -132,6 +172,31 @@ pub fn live(dir: &Path) -> Result<Live, GcError> {
         });
     }
     Ok(live)
+}
+
+/// Device and inode of a local file (following symlinks with `follow`); `None` for
+/// store URLs and missing files.
+fn identity(path: &Path, follow: bool) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    if path.to_str().is_some_and(|p| p.contains("://")) {
+        return None;
+    }
+    let meta = if follow {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    };
+    meta.ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Where a changelog file or local copy lives within its store, independent of how the
+/// base is spelled: `<job>/dstl/<file>` or `jid_<job>/taskowned/<file>`. File names are
+/// fresh UUIDs, so the key names one file.
+pub fn store_key(path: &str) -> Option<String> {
+    job_of(path)?;
+    let mut parts = path.rsplitn(4, '/');
+    let (file, kind, dir) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(format!("{dir}/{kind}/{file}"))
 }
 
 /// The job a changelog file or local copy belongs to: `.../<job>/dstl/<file>` or
@@ -172,6 +237,29 @@ pub struct Listing {
     pub files: Vec<StoredFile>,
     /// Jobs with files under the base (or the local-copy directory) that are out of scope.
     pub skipped_jobs: BTreeSet<String>,
+    /// Symbolic links met while listing, neither followed nor touched: gc stays inside
+    /// the base.
+    pub skipped_links: Vec<String>,
+    /// The leases of the jobs in scope: open storages (see [`crate::store::lease`]).
+    pub leases: Vec<LeaseFile>,
+}
+
+/// A lease file found while listing.
+#[derive(Debug, Clone)]
+pub struct LeaseFile {
+    /// The job it belongs to.
+    pub job: String,
+    /// The file.
+    pub file: StoredFile,
+    /// What it says.
+    pub record: LeaseRecord,
+}
+
+impl LeaseFile {
+    /// Whether the lease still protects its job at `now`: refreshed within its expiry.
+    pub fn is_live(&self, now: SystemTime) -> bool {
+        now.duration_since(self.file.modified).unwrap_or_default() < self.record.expires_after()
+    }
 }
 
 /// Every changelog file under the configured base that belongs to one of `jobs`, plus
@@ -179,6 +267,8 @@ pub struct Listing {
 /// sharing the base are listed as skipped, never touched: their manifests are not here.
 pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing, GcError> {
     let mut listing = Listing::default();
+    let mut links = Vec::new();
+    let mut leases = Vec::new();
     let mut take = |job: &str, files: &mut dyn FnMut() -> Result<Vec<StoredFile>, GcError>| {
         if jobs.contains(job) {
             listing.files.extend(files()?);
@@ -190,12 +280,15 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
     match config.location() {
         Location::Local(base) => {
             if base.exists() {
-                for job in std::fs::read_dir(&base).map_err(list_error(&base))? {
-                    let job = job.map_err(list_error(&base))?;
-                    let name = job.file_name().to_string_lossy().into_owned();
-                    let dir = job.path().join("dstl");
-                    if is_job_id(&name) && dir.is_dir() {
-                        take(&name, &mut || list_dir(&dir))?;
+                // The base as given may be a link (it is the user's choice); below it,
+                // nothing is followed. Listed paths are absolute, as handles are.
+                let base = base.canonicalize().map_err(list_error(&base))?;
+                for (name, dir) in job_dirs(&base, "dstl", &mut links)? {
+                    if is_job_id(&name) {
+                        take(&name, &mut || list_dir(&dir, &mut links))?;
+                        if jobs.contains(&name) {
+                            leases.extend(local_leases(&base, &name, &mut links)?);
+                        }
                     }
                 }
             }
@@ -214,6 +307,19 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
             for file in listed {
                 let relative = file.path.strip_prefix(&base).unwrap_or_default();
                 let parts: Vec<&str> = relative.split('/').collect();
+                if parts.len() == 3
+                    && jobs.contains(parts[0])
+                    && parts[1] == LEASE_DIR
+                    && is_lease_name(parts[2])
+                {
+                    let record = LeaseRecord::parse(&store.read(&file.path).unwrap_or_default());
+                    leases.push(LeaseFile {
+                        job: parts[0].to_string(),
+                        file,
+                        record,
+                    });
+                    continue;
+                }
                 if parts.len() == 3 && is_job_id(parts[0]) && parts[1] == "dstl" {
                     let job = parts[0].to_string();
                     let mut file = Some(file);
@@ -230,41 +336,156 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
             Location::S3 { .. } => "dstl-local".into(),
         });
     if local.is_dir() {
-        for job in std::fs::read_dir(&local).map_err(list_error(&local))? {
-            let job = job.map_err(list_error(&local))?;
-            let name = job.file_name().to_string_lossy().into_owned();
-            let dir = job.path().join("taskowned");
-            if let Some(id) = name.strip_prefix("jid_").filter(|id| is_job_id(id))
-                && dir.is_dir()
-            {
-                take(id, &mut || list_dir(&dir))?;
+        let local = local.canonicalize().map_err(list_error(&local))?;
+        for (name, dir) in job_dirs(&local, "taskowned", &mut links)? {
+            if let Some(id) = name.strip_prefix("jid_").filter(|id| is_job_id(id)) {
+                take(id, &mut || list_dir(&dir, &mut links))?;
             }
         }
     }
+    listing.skipped_links = links;
+    listing.leases = leases;
     Ok(listing)
 }
 
-/// A directory's files, staging files of interrupted writes included.
-fn list_dir(dir: &Path) -> Result<Vec<StoredFile>, GcError> {
-    LocalStore::open(dir)
-        .and_then(|store| store.files(true))
-        .map_err(list_error(dir))
+/// The leases in `<base>/<job>/leases/`.
+fn local_leases(
+    base: &Path,
+    job: &str,
+    links: &mut Vec<String>,
+) -> Result<Vec<LeaseFile>, GcError> {
+    let dir = base.join(job).join(LEASE_DIR);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(meta) if meta.file_type().is_symlink() => {
+            links.push(dir.display().to_string());
+            return Ok(Vec::new());
+        }
+        _ => return Ok(Vec::new()),
+    }
+    let mut leases = Vec::new();
+    for file in list_dir(&dir, links)? {
+        let name = file.path.rsplit('/').next().unwrap_or_default();
+        if is_lease_name(name) {
+            // A lease that vanishes between listing and reading was released.
+            let Ok(bytes) = std::fs::read(&file.path) else {
+                continue;
+            };
+            leases.push(LeaseFile {
+                job: job.to_string(),
+                record: LeaseRecord::parse(&bytes),
+                file,
+            });
+        }
+    }
+    Ok(leases)
 }
 
-/// Classifies `files` against `referenced` at time `now`.
+/// The `<entry>/<kind>` directories under `base`, by entry name, without following a
+/// symlinked entry or `<kind>` (those go to `links`).
+fn job_dirs(
+    base: &Path,
+    kind: &str,
+    links: &mut Vec<String>,
+) -> Result<Vec<(String, PathBuf)>, GcError> {
+    let mut dirs = Vec::new();
+    for entry in std::fs::read_dir(base).map_err(list_error(base))? {
+        let entry = entry.map_err(list_error(base))?;
+        let file_type = entry.file_type().map_err(list_error(base))?;
+        if file_type.is_symlink() {
+            links.push(entry.path().display().to_string());
+            continue;
+        }
+        let dir = entry.path().join(kind);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                links.push(dir.display().to_string());
+            }
+            Ok(meta) if meta.is_dir() => {
+                dirs.push((entry.file_name().to_string_lossy().into_owned(), dir));
+            }
+            _ => {}
+        }
+    }
+    Ok(dirs)
+}
+
+/// A directory's regular files, staging files of interrupted writes included; symbolic
+/// links go to `links`.
+fn list_dir(dir: &Path, links: &mut Vec<String>) -> Result<Vec<StoredFile>, GcError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(list_error(dir))? {
+        let entry = entry.map_err(list_error(dir))?;
+        // `DirEntry::metadata` does not follow symlinks.
+        let meta = entry.metadata().map_err(list_error(dir))?;
+        if meta.file_type().is_symlink() {
+            links.push(entry.path().display().to_string());
+        } else if meta.is_file() {
+            files.push(StoredFile {
+                path: entry.path().to_string_lossy().into_owned(),
+                size: meta.len(),
+                modified: meta.modified().map_err(list_error(dir))?,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+/// Classifies `files` against what the `live` manifests name at time `now`. A file is
+/// referenced if a manifest names it by its path or names the same file by another path
+/// (device and inode); a manifest naming the same store location in another base is an
+/// error, since then the listing says nothing about what that job still uses.
+///
+/// A live lease of a job protects every unreferenced file of that job modified since
+/// the lease was taken (less [`CLOCK_SKEW`]); an expired lease is itself an orphan.
 pub fn classify(
-    files: Vec<StoredFile>,
-    referenced: &HashSet<String>,
+    listing: Listing,
+    live: &Live,
     grace: Duration,
     now: SystemTime,
-) -> Report {
+) -> Result<Report, GcError> {
+    let Listing { files, leases, .. } = listing;
     let mut report = Report {
         examined: files.len(),
         ..Report::default()
     };
+    // Per job, the oldest modification time a live lease protects.
+    let mut protected_since: HashMap<String, SystemTime> = HashMap::new();
+    for lease in leases {
+        if lease.is_live(now) {
+            let since = lease.record.opened() - CLOCK_SKEW;
+            protected_since
+                .entry(lease.job.clone())
+                .and_modify(|s| *s = (*s).min(since))
+                .or_insert(since);
+        } else {
+            let age = now.duration_since(lease.file.modified).unwrap_or_default();
+            report.orphans.push(Orphan {
+                file: lease.file,
+                age,
+            });
+        }
+    }
     for file in files {
-        if referenced.contains(&file.path) {
+        let same_file = || {
+            identity(Path::new(&file.path), false).is_some_and(|id| live.identities.contains(&id))
+        };
+        if live.paths.contains(&file.path) || same_file() {
             report.referenced += 1;
+            continue;
+        }
+        if let Some(named) = store_key(&file.path).and_then(|key| live.keys.get(&key)) {
+            return Err(GcError::ForeignBase {
+                named: named.clone(),
+                listed: file.path,
+            });
+        }
+        let leased = job_of(&file.path)
+            .and_then(|job| protected_since.get(&job))
+            .is_some_and(|since| file.modified >= *since);
+        if leased {
+            report.leased += 1;
             continue;
         }
         let age = now.duration_since(file.modified).unwrap_or_default();
@@ -274,7 +495,7 @@ pub fn classify(
             report.orphans.push(Orphan { file, age });
         }
     }
-    report
+    Ok(report)
 }
 
 /// Deletes the orphans of `report`; returns how many were deleted.

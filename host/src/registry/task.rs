@@ -20,12 +20,15 @@ impl TaskRegistry {
         }
     }
 
-    /// Starts tracking a new file used by `count` change sets.
+    /// Starts tracking a new file used by `count` change sets. A file no change set uses
+    /// is nobody's: it is deleted at once (the host refuses empty upload tasks, so this
+    /// is a bug, reported, never a panic on an upload thread).
     pub fn start_tracking(&self, path: &str, count: u64) {
-        assert!(
-            count > 0,
-            "initial reference count of {path} must be above zero"
-        );
+        if count == 0 {
+            tracing::error!(%path, "a new file holds no change set; deleting it");
+            self.discarder.discard(path.to_string());
+            return;
+        }
         let previous = self.counts.lock().unwrap().insert(path.to_string(), count);
         if previous.is_some() {
             tracing::warn!(%path, "file was already tracked; its count was replaced");

@@ -2,6 +2,7 @@
 //! its own: the tests hold it against the host's reader and file writer, so the format is
 //! proven to be the same inside and outside the component.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use dstl_proto::codec::Change;
 use wasmtime::Store;
 
 use super::bindings::{Changelog, ChangelogPre};
-use super::context::{CallClock, WriterCtx};
+use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
 use super::instance::new_store;
 use super::trap::Trap;
@@ -44,8 +45,11 @@ impl ComponentCodec {
             memory_limit,
             call_timeout,
             services,
-            sink,
-            metrics::Counter::noop(),
+            WriterLinks {
+                sink,
+                closing: Arc::new(AtomicBool::new(false)),
+                preemptive_uploads: metrics::Counter::noop(),
+            },
         );
         let mut store = new_store(pre.engine(), ctx);
         let bindings = pre

@@ -1,11 +1,12 @@
 //! The store data of one writer's sandbox: what its imports need, the files the guest
 //! holds, and the clock of the call running now.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use dstl_proto::types::{SnapshotResult, UploadResult};
+use dstl_proto::types::{SnapshotResult, StreamHandle, UploadResult};
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -26,6 +27,9 @@ pub(crate) struct WriterCtx {
     pub services: Arc<Services>,
     /// Where the outcomes of the tasks this writer schedules go (its mailbox).
     pub sink: Weak<dyn OutcomeSink>,
+    /// Set when the writer is closing: a `schedule` waiting for in-flight capacity
+    /// gives up.
+    pub closing: Arc<AtomicBool>,
     /// The files the guest holds references to.
     pub holdings: Holdings,
     /// CPU time of the call running now.
@@ -37,6 +41,16 @@ pub(crate) struct WriterCtx {
     preemptive_uploads: metrics::Counter,
 }
 
+/// What ties a sandbox to the writer around it.
+pub(crate) struct WriterLinks {
+    /// The writer's mailbox.
+    pub sink: Weak<dyn OutcomeSink>,
+    /// The writer's closing flag.
+    pub closing: Arc<AtomicBool>,
+    /// `dstl_writer_preemptive_uploads_total` of the writer.
+    pub preemptive_uploads: metrics::Counter,
+}
+
 impl WriterCtx {
     pub fn new(
         name: &str,
@@ -44,9 +58,13 @@ impl WriterCtx {
         memory_limit: u64,
         call_timeout: Duration,
         services: Arc<Services>,
-        sink: Weak<dyn OutcomeSink>,
-        preemptive_uploads: metrics::Counter,
+        links: WriterLinks,
     ) -> Self {
+        let WriterLinks {
+            sink,
+            closing,
+            preemptive_uploads,
+        } = links;
         let stderr = MemoryOutputPipe::new(64 * 1024);
         Self {
             name: name.to_string(),
@@ -60,6 +78,7 @@ impl WriterCtx {
             stderr,
             services,
             sink,
+            closing,
             holdings: Holdings::default(),
             clock: CallClock::new(call_timeout),
             persisting: false,
@@ -146,37 +165,66 @@ pub(crate) struct Holding {
     handed_out: bool,
 }
 
+/// What the host delivered to the guest of one file: all a snapshot it returns may name.
+#[derive(Debug)]
+struct Delivered {
+    /// The file's logical size, as delivered.
+    file_size: u64,
+    /// `(offset, size)` of every change set in the file delivered to the guest.
+    change_sets: HashSet<(u64, u64)>,
+}
+
+/// How many files the guest released are still remembered as delivered. A snapshot may
+/// name change sets the guest has released already (a persist that started before a
+/// truncate, for instance); pending persists are few, so the most recent files suffice,
+/// and the record stays bounded for a writer that lives for weeks.
+const RELEASED_KEPT: usize = 1024;
+
 /// The files the guest holds references to, as the host delivered them. The guest may
 /// release, stop tracking or register only these; when its sandbox goes away, the host
 /// releases those no returned snapshot names.
 #[derive(Default)]
-pub(crate) struct Holdings(HashMap<String, Holding>);
+pub(crate) struct Holdings {
+    held: HashMap<String, Holding>,
+    /// Every held file, and the last [`RELEASED_KEPT`] released ones.
+    delivered: HashMap<String, Delivered>,
+    /// Released files in the order they were released (a file held again may be listed).
+    released: VecDeque<String>,
+}
 
 impl Holdings {
     /// The guest was given `results`.
     pub fn add(&mut self, results: &[UploadResult]) {
         for result in results {
-            self.add_one(&result.remote.path, false);
+            self.add_one(&result.remote, false, result.offset, result.size);
             if let Some(local) = &result.local {
-                self.add_one(&local.handle.path, true);
+                self.add_one(&local.handle, true, local.offset, result.size);
             }
         }
     }
 
-    fn add_one(&mut self, path: &str, local: bool) {
-        self.0
-            .entry(path.to_string())
+    fn add_one(&mut self, file: &StreamHandle, local: bool, offset: u64, size: u64) {
+        self.held
+            .entry(file.path.clone())
             .or_insert(Holding {
                 refs: 0,
                 local,
                 handed_out: false,
             })
             .refs += 1;
+        self.delivered
+            .entry(file.path.clone())
+            .or_insert_with(|| Delivered {
+                file_size: file.file_size,
+                change_sets: HashSet::new(),
+            })
+            .change_sets
+            .insert((offset, size));
     }
 
     /// Whether `path` is a held local copy; a fault if the guest does not hold it.
     pub fn check(&self, path: &str, operation: &str) -> Result<bool, GuestFault> {
-        match self.0.get(path) {
+        match self.held.get(path) {
             Some(holding) if holding.refs > 0 => Ok(holding.local),
             _ => Err(GuestFault(format!(
                 "{operation} of {path}, a file this writer does not hold"
@@ -187,28 +235,66 @@ impl Holdings {
     /// Drops one reference; whether the file is a local copy.
     pub fn release(&mut self, path: &str) -> Result<bool, GuestFault> {
         let local = self.check(path, "release")?;
-        let holding = self.0.get_mut(path).expect("checked");
+        let holding = self.held.get_mut(path).expect("checked");
         holding.refs -= 1;
         if holding.refs == 0 {
-            self.0.remove(path);
+            self.held.remove(path);
+            self.remember_released(path);
         }
         Ok(local)
     }
 
-    /// Marks the files of a snapshot returned to the caller.
-    pub fn hand_out(&mut self, snapshot: &SnapshotResult) {
-        let entries = snapshot.remote.entries.iter();
-        for entry in entries.chain(snapshot.local.iter().flat_map(|l| &l.entries)) {
-            if let Some(holding) = self.0.get_mut(&entry.handle.path) {
+    /// Keeps what was delivered of `path`, no longer held, among the last released files.
+    fn remember_released(&mut self, path: &str) {
+        self.released.push_back(path.to_string());
+        while self.released.len() > RELEASED_KEPT {
+            let oldest = self.released.pop_front().expect("longer than the bound");
+            if !self.held.contains_key(&oldest) && !self.released.contains(&oldest) {
+                self.delivered.remove(&oldest);
+            }
+        }
+    }
+
+    /// Checks a snapshot the guest returns for the caller and marks its files. Every
+    /// entry must be a change set the host delivered to this writer: a guest that names
+    /// another writer's change sets or a local path of its choosing would have recovery
+    /// read what it has no claim to.
+    pub fn hand_out(&mut self, snapshot: &SnapshotResult) -> Result<(), GuestFault> {
+        let entries = || {
+            let local = snapshot.local.iter().flat_map(|l| &l.entries);
+            snapshot.remote.entries.iter().chain(local)
+        };
+        for entry in entries() {
+            let path = &entry.handle.path;
+            let Some(delivered) = self.delivered.get(path) else {
+                return Err(GuestFault(format!(
+                    "a returned snapshot names {path}, a file never delivered to this writer"
+                )));
+            };
+            if entry.handle.file_size != delivered.file_size
+                || !delivered.change_sets.contains(&(entry.offset, entry.size))
+            {
+                return Err(GuestFault(format!(
+                    "a returned snapshot names a change set of {path} at offset {} of {} bytes \
+                     (file size {}) that was never delivered to this writer",
+                    entry.offset, entry.size, entry.handle.file_size
+                )));
+            }
+        }
+        for entry in entries() {
+            if let Some(holding) = self.held.get_mut(&entry.handle.path) {
                 holding.handed_out = true;
             }
         }
+        Ok(())
     }
 
     /// Local copies the local registry discarded for this writer: the guest forgets them.
     pub fn forget(&mut self, paths: &[String]) {
         for path in paths {
-            self.0.remove(path);
+            if self.held.remove(path).is_some() {
+                self.remember_released(path);
+            }
         }
     }
 
@@ -216,7 +302,7 @@ impl Holdings {
     /// held: a checkpoint the coordinator knows about may still need those files.
     fn take_unreturned(&mut self) -> Vec<(String, Holding)> {
         let mut unreturned = Vec::new();
-        self.0.retain(|path, holding| {
+        self.held.retain(|path, holding| {
             if !holding.handed_out {
                 unreturned.push((
                     path.clone(),

@@ -2,6 +2,7 @@
 //! and logging. The guest is not trusted: a call naming a file the writer does not hold is
 //! a [`GuestFault`], which traps the writer.
 
+use dstl_proto::codec;
 use dstl_proto::types::{ChangeSetBlock, UploadTask};
 use wasmtime::StoreContextMut;
 use wasmtime::component::{ComponentType, HasSelf, Lift, Linker, WasmList};
@@ -48,18 +49,46 @@ fn schedule(
     mut store: StoreContextMut<'_, WriterCtx>,
     (task,): (GuestTask,),
 ) -> wasmtime::Result<(Result<(), String>,)> {
-    let mut change_sets = Vec::with_capacity(task.change_sets.len());
+    let fault = |message: String| -> wasmtime::Error {
+        GuestFault(format!("schedule of upload task {}: {message}", task.id)).into()
+    };
+    if task.change_sets.len() == 0 {
+        return Err(fault("the task has no change sets".into()));
+    }
+    let mut change_sets: Vec<ChangeSetBlock> = Vec::with_capacity(task.change_sets.len());
     for i in 0..task.change_sets.len() {
         let block = task
             .change_sets
             .get(&mut store, i)
-            .expect("index within the list")?;
+            .ok_or_else(|| fault(format!("change set {i} is missing from its list")))??;
+        if let Some(previous) = change_sets.last()
+            && block.sequence_number <= previous.sequence_number
+        {
+            return Err(fault(format!(
+                "sequence number {} does not ascend after {}",
+                block.sequence_number, previous.sequence_number
+            )));
+        }
         let bytes = block.block.as_le_slice(&store);
+        // The size counted against the in-flight limit (and reported in handles) is what
+        // the block holds, never what the guest says it holds.
+        let payload = codec::block_payload(bytes).map_err(|e| {
+            fault(format!(
+                "change set {} is not one change-set block: {e}",
+                block.sequence_number
+            ))
+        })?;
+        if payload != block.size {
+            return Err(fault(format!(
+                "change set {} claims {} payload bytes, its block holds {payload}",
+                block.sequence_number, block.size
+            )));
+        }
         let mut copy = store.data().services.scheduler.blocks.take(bytes.len());
         copy.extend_from_slice(bytes);
         change_sets.push(ChangeSetBlock {
             sequence_number: block.sequence_number,
-            size: block.size,
+            size: payload,
             block: copy,
         });
     }
@@ -69,6 +98,7 @@ fn schedule(
     let result = ctx.services.scheduler.submit(
         ctx.sink.clone(),
         ctx.id,
+        &ctx.closing,
         UploadTask {
             id: task.id,
             change_sets,

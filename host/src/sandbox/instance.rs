@@ -3,7 +3,7 @@
 //! here, so the rest of the host sees plain `dstl_proto` types and a [`Trap`] instead of
 //! wasmtime's.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dstl_proto::types::{
@@ -16,12 +16,12 @@ use super::bindings::{
     Changelog, ChangelogPre, from_wit_completions, from_wit_error, from_wit_reply, to_wit_config,
     to_wit_results,
 };
-use super::context::{CallClock, WriterCtx};
+use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
 use super::trap::Trap;
 use crate::registry::WriterId;
 use crate::services::Services;
-use crate::upload::{OutcomeSink, UploadOutcome};
+use crate::upload::UploadOutcome;
 
 /// The outcome of one call: the guest's answer, or the trap that ended the sandbox.
 pub(crate) type Call<T> = Result<Result<T, WriterError>, Trap>;
@@ -69,11 +69,10 @@ impl Instance {
     pub fn new(
         pre: &ChangelogPre<WriterCtx>,
         services: Arc<Services>,
-        sink: Weak<dyn OutcomeSink>,
+        links: WriterLinks,
         id: WriterId,
         config: &WriterConfig,
         limits: Limits,
-        preemptive_uploads: metrics::Counter,
     ) -> Result<Self, Trap> {
         let ctx = WriterCtx::new(
             &config.name,
@@ -81,8 +80,7 @@ impl Instance {
             limits.memory,
             limits.call_timeout,
             services,
-            sink,
-            preemptive_uploads,
+            links,
         );
         let mut store = new_store(pre.engine(), ctx);
         let created = pre.instantiate(&mut store).and_then(|bindings| {
@@ -168,7 +166,7 @@ impl Instance {
         })?;
         self.store.data_mut().persisting = false;
         if let Ok(PersistReply::Ready(snapshot)) = &reply {
-            self.hand_out(snapshot);
+            self.hand_out(snapshot)?;
         }
         Ok(reply)
     }
@@ -263,15 +261,21 @@ impl Instance {
         if let Ok(completions) = &completions {
             for completion in completions {
                 if let Ok(snapshot) = &completion.outcome {
-                    self.hand_out(snapshot);
+                    self.hand_out(snapshot)?;
                 }
             }
         }
         Ok(completions)
     }
 
-    fn hand_out(&mut self, snapshot: &SnapshotResult) {
-        self.store.data_mut().holdings.hand_out(snapshot);
+    /// A snapshot goes to the caller only if it names what this writer holds; otherwise
+    /// the guest lied, and its sandbox ends with a guest fault.
+    fn hand_out(&mut self, snapshot: &SnapshotResult) -> Result<(), Trap> {
+        self.store
+            .data_mut()
+            .holdings
+            .hand_out(snapshot)
+            .map_err(|fault| Trap::new(&fault.into(), self.store.data(), self.call_timeout))
     }
 
     /// Releases what the guest holds that no returned snapshot names (the writer closed,

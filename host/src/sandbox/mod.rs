@@ -15,6 +15,7 @@ pub(crate) mod instance;
 pub(crate) mod trap;
 
 pub use codec::ComponentCodec;
+pub(crate) use context::WriterLinks;
 pub(crate) use engine::Runtime;
 pub use engine::WriterComponent;
 pub(crate) use instance::{Call, Instance, Limits};

@@ -13,8 +13,10 @@ pub enum TrapKind {
     MemoryLimit,
     /// The guest panicked or aborted (its message, if it printed one, is in the cause).
     GuestPanic,
-    /// The guest asked the host for something it may not have: to release, stop tracking
-    /// or register a file it does not hold.
+    /// The guest asked the host for something it may not have or told it something
+    /// false: to release, stop tracking or register a file it does not hold, to upload an
+    /// empty task or blocks whose claimed sizes are not what they hold, or to hand the
+    /// caller a snapshot naming change sets never delivered to it.
     GuestFault,
     /// Any other trap (a component that does not instantiate, an invalid call).
     Other,

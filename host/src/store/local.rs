@@ -40,7 +40,16 @@ struct DirSyncState {
     synced: u64,
     /// An fsync is running.
     running: bool,
+    /// Links that failed fsyncs covered, as `(first, last)`: those creates fail even if a
+    /// later fsync succeeds (after a failed fsync the kernel may have dropped the dirty
+    /// entries, so a later success says nothing about them). Failures are rare; the list
+    /// keeps the latest few.
+    failed: Vec<(u64, u64)>,
 }
+
+/// Failed-fsync ranges kept (a create waits at most for two fsyncs, so only the latest
+/// ones can concern a waiting create).
+const FAILED_RANGES: usize = 16;
 
 impl DirSync {
     /// Returns once a directory fsync that started after this call has completed.
@@ -49,6 +58,12 @@ impl DirSync {
         state.linked += 1;
         let mine = state.linked;
         loop {
+            if state.failed.iter().any(|&(a, b)| a <= mine && mine <= b) {
+                return Err(std::io::Error::other(format!(
+                    "an fsync of the directory {} covering this file failed",
+                    dir.display()
+                )));
+            }
             if state.synced >= mine {
                 return Ok(());
             }
@@ -57,13 +72,19 @@ impl DirSync {
                 continue;
             }
             state.running = true;
-            let covers = state.linked;
+            let (first, covers) = (state.synced + 1, state.linked);
             drop(state);
             let result = File::open(dir).and_then(|d| d.sync_all());
             state = self.state.lock().unwrap();
             state.running = false;
-            if result.is_ok() {
-                state.synced = state.synced.max(covers);
+            match &result {
+                Ok(()) => state.synced = state.synced.max(covers),
+                Err(_) => {
+                    if state.failed.len() == FAILED_RANGES {
+                        state.failed.remove(0);
+                    }
+                    state.failed.push((first, covers));
+                }
             }
             self.done.notify_all();
             result?;
@@ -348,6 +369,64 @@ mod tests {
         let state = store.dir_sync.state.lock().unwrap();
         assert_eq!(state.linked, 160);
         assert_eq!(state.synced, 160, "the last create's link is covered");
+    }
+
+    /// A create whose link a failed directory fsync covered fails, even though it would
+    /// have succeeded with an fsync of its own afterwards.
+    #[test]
+    fn creates_covered_by_a_failed_directory_fsync_fail() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Opening a FIFO blocks until a writer comes, and fsync of a FIFO fails: an fsync
+        // that is running, then fails, on cue.
+        let fifo = |name: &str| {
+            let path = tmp.path().join(name);
+            let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path that lives across the call.
+            assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+            path
+        };
+        let (first, second) = (fifo("first"), fifo("second"));
+        let wait_until = |sync: &DirSync, done: &dyn Fn(&DirSyncState) -> bool| {
+            while !done(&sync.state.lock().unwrap()) {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        };
+        // Which waiter runs the next fsync after a failure is up to the scheduler; the
+        // case to check is the one where a create covered by a failing fsync has a
+        // working directory of its own to retry on. Repeat until that case comes up.
+        for _ in 0..100 {
+            let sync = Arc::new(DirSync::default());
+            let call = |dir: &Path| {
+                let (sync, dir) = (sync.clone(), dir.to_path_buf());
+                std::thread::spawn(move || sync.sync(&dir))
+            };
+            let failing = call(&first);
+            wait_until(&sync, &|s| s.running);
+            let covered_a = call(&second);
+            wait_until(&sync, &|s| s.linked == 2);
+            let covered_b = call(tmp.path());
+            wait_until(&sync, &|s| s.linked == 3);
+            let writer = fs::OpenOptions::new().write(true).open(&first).unwrap();
+            assert!(failing.join().unwrap().is_err());
+            drop(writer);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            if covered_b.is_finished() {
+                // It ran an fsync of the real directory covering both: both are durable.
+                assert!(covered_b.join().unwrap().is_ok());
+                assert!(covered_a.join().unwrap().is_ok());
+                continue;
+            }
+            // `covered_a` runs an fsync (of the FIFO) that covers `covered_b` too.
+            let writer = fs::OpenOptions::new().write(true).open(&second).unwrap();
+            assert!(covered_a.join().unwrap().is_err());
+            let e = covered_b.join().unwrap().unwrap_err();
+            assert!(e.to_string().contains("fsync"), "{e}");
+            drop(writer);
+            // A create linked after the failure is not covered by it.
+            sync.sync(tmp.path()).unwrap();
+            return;
+        }
+        panic!("the covered create never waited behind the failing fsync");
     }
 
     #[test]

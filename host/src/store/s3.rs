@@ -111,6 +111,17 @@ impl S3Store {
         prefix: &str,
         job_id: &str,
     ) -> Result<Self, S3Error> {
+        let prefix = [prefix, job_id, if job_id.is_empty() { "" } else { "dstl" }]
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
+        Self::open_at(settings, bucket, &prefix)
+    }
+
+    /// A store writing to `s3://bucket/<key_prefix>/` (no leading or trailing `/`).
+    pub fn open_at(settings: &S3Settings, bucket: &str, key_prefix: &str) -> Result<Self, S3Error> {
         let settings = settings.resolved();
         let mut builder = AmazonS3Builder::new()
             .with_bucket_name(bucket)
@@ -144,12 +155,7 @@ impl S3Store {
             bucket: bucket.to_string(),
             source,
         })?;
-        let prefix = [prefix, job_id, if job_id.is_empty() { "" } else { "dstl" }]
-            .iter()
-            .filter(|p| !p.is_empty())
-            .copied()
-            .collect::<Vec<_>>()
-            .join("/");
+        let prefix = key_prefix.to_string();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("dstl-s3")
@@ -183,6 +189,16 @@ impl S3Store {
         } else {
             runtime.block_on(future)
         }
+    }
+
+    /// Replaces the content of `path`, a file of this store, with `bytes` (or creates
+    /// it): for small records that change, never for changelog files.
+    pub fn overwrite(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let key = self.key(path)?;
+        let payload = PutPayload::from(bytes.to_vec());
+        self.block(self.client.put(&key, payload))
+            .map(|_| ())
+            .map_err(|e| io_error(format!("cannot write {path}"), e))
     }
 
     fn url(&self, key: &Key) -> String {

@@ -70,6 +70,10 @@ pub enum UploadError {
     /// writer was waiting for in-flight capacity when it did: it was not accepted.
     #[error("the changelog storage is closed")]
     StorageClosed,
+    /// The writer was closed while its task waited for in-flight capacity: it was not
+    /// accepted.
+    #[error("the writer was closed while its upload waited for in-flight capacity")]
+    WriterClosed,
     /// The storage closed while the task waited in the queue for its batch.
     #[error("the changelog storage was closed before the upload started")]
     ClosedBeforeStart,

@@ -10,12 +10,17 @@
 //!   of attempts and the last cause; results of older attempts still running are
 //!   discarded when they arrive.
 //! - Attempts wait for one of `num-threads` permits, so hung attempts occupy threads
-//!   exactly as in Flink.
+//!   exactly as in Flink; but an attempt's timeout runs from when it is scheduled,
+//!   waiting for a permit included, so a store that hangs fails an upload within
+//!   `max-attempts × timeout` (plus delays) even when hung attempts hold every thread
+//!   (Flink's deadline starts on the thread, so there it never fires). An attempt that
+//!   has timed out before it got a thread does not start at all.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -121,12 +126,16 @@ where
     D: Fn(R) + Send + 'static,
 {
     let attempt = Arc::new(attempt);
-    let (started_tx, mut started_rx) = mpsc::unbounded_channel::<u32>();
+    // The number of the one attempt that may still start: an attempt that gets its
+    // permit after it was finalized (timed out while waiting) or after the upload was
+    // decided releases the permit without running.
+    let live = Arc::new(AtomicU32::new(0));
     let mut running: JoinSet<(u32, Result<R, AttemptError>)> = JoinSet::new();
     let spawn = |n: u32, running: &mut JoinSet<(u32, Result<R, AttemptError>)>| {
         let attempt = attempt.clone();
         let permits = permits.clone();
-        let started = started_tx.clone();
+        let live = live.clone();
+        live.store(n, Ordering::SeqCst);
         running.spawn(async move {
             let Ok(_permit) = permits.acquire_owned().await else {
                 return (
@@ -136,26 +145,28 @@ where
                     )),
                 );
             };
-            let _ = started.send(n);
+            if live.load(Ordering::SeqCst) != n {
+                return (
+                    n,
+                    Err(AttemptError::Fatal(format!(
+                        "attempt {n} timed out before it started"
+                    ))),
+                );
+            }
             let result = tokio::task::spawn_blocking(move || attempt(n))
                 .await
                 .unwrap_or_else(|e| Err(AttemptError::Fatal(format!("attempt {n} panicked: {e}"))));
             (n, result)
         });
+        policy.timeout.map(|t| Instant::now() + t)
     };
     // The one attempt not yet finalized (by its failure or its timeout), if running.
     let mut current = Some(1u32);
-    let mut deadline: Option<Instant> = None;
     let mut retry_at: Option<(u32, Instant)> = None;
     let mut total = 1u32;
-    spawn(1, &mut running);
+    let mut deadline = spawn(1, &mut running);
     let outcome = loop {
         tokio::select! {
-            Some(n) = started_rx.recv() => {
-                if current == Some(n) {
-                    deadline = policy.timeout.map(|t| Instant::now() + t);
-                }
-            }
             Some(joined) = running.join_next() => {
                 let (n, result) = joined.expect("attempt tasks catch their panics");
                 match result {
@@ -171,7 +182,7 @@ where
                                 total += 1;
                                 if delay.is_zero() {
                                     current = Some(n + 1);
-                                    spawn(n + 1, &mut running);
+                                    deadline = spawn(n + 1, &mut running);
                                 } else {
                                     retry_at = Some((n + 1, Instant::now() + delay));
                                 }
@@ -181,25 +192,30 @@ where
                 }
             }
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                let n = current.take().expect("a deadline belongs to the current attempt");
-                deadline = None;
+                let Some(n) = current.take() else {
+                    deadline = None;
+                    continue;
+                };
+                // Every arm below either ends the loop or sets a new deadline.
                 let timeout = policy.timeout.unwrap_or_default();
                 match policy.retry_after(n, Failure::Timeout) {
                     None => break Err(UploadError::TimedOut { attempts: total, attempt: n, timeout }),
                     Some(_) => {
                         total += 1;
                         current = Some(n + 1);
-                        spawn(n + 1, &mut running);
+                        deadline = spawn(n + 1, &mut running);
                     }
                 }
             }
             _ = tokio::time::sleep_until(retry_at.map_or_else(Instant::now, |r| r.1)), if retry_at.is_some() => {
-                let (n, _) = retry_at.take().expect("checked");
+                let Some((n, _)) = retry_at.take() else { continue };
                 current = Some(n);
-                spawn(n, &mut running);
+                deadline = spawn(n, &mut running);
             }
         }
     };
+    // Attempts still waiting for a permit do not start any more.
+    live.store(0, Ordering::SeqCst);
     if !running.is_empty() {
         // Attempts still running lose; their results are discarded when they finish.
         tokio::spawn(async move {
@@ -219,7 +235,6 @@ mod tests {
     use super::*;
     use crate::background::Outstanding;
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicU32, Ordering};
 
     fn io(message: &str) -> AttemptError {
         AttemptError::io("writing", std::io::Error::other(message.to_string()))
@@ -487,5 +502,50 @@ mod tests {
         *gate.0.lock().unwrap() = true;
         gate.1.notify_all();
         outstanding.wait_idle();
+    }
+
+    #[test]
+    fn hung_attempts_holding_every_thread_still_fail_within_the_policy() {
+        // One thread, held by attempt 1 for good: attempt 2 waits for the permit, and its
+        // timeout runs while it waits, so the upload fails after two timeouts.
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let calls = Arc::new(AtomicU32::new(0));
+        let (g, c) = (gate.clone(), calls.clone());
+        let started = Instant::now();
+        let (result, outstanding) = run(
+            policy(2, Some(Duration::from_millis(100)), Duration::ZERO),
+            1,
+            move |n| {
+                c.fetch_add(1, Ordering::SeqCst);
+                let (open, cv) = &*g;
+                let mut open = open.lock().unwrap();
+                while !*open {
+                    open = cv.wait(open).unwrap();
+                }
+                Ok(n)
+            },
+            |_| {},
+        );
+        let e = result.err().unwrap();
+        assert!(
+            matches!(
+                e,
+                UploadError::TimedOut {
+                    attempts: 2,
+                    attempt: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        outstanding.wait_idle();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "attempt 2 timed out before it got the thread, so it never ran"
+        );
     }
 }

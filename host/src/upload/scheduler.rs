@@ -8,7 +8,7 @@
 //! timer task sleeps until the batch's deadline and is woken when a new deadline is set.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ use tracing::Instrument;
 use super::batcher::Batcher;
 use super::buffers::BlockPool;
 use super::retry::{self, RetryPolicy};
-use super::throttle::Throttle;
+use super::throttle::{Refused, Throttle};
 use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
@@ -46,6 +46,34 @@ struct Recipient {
     size: u64,
     /// Keeps [`Outstanding::wait_idle`] waiting until the outcome is delivered.
     _job: Job,
+}
+
+/// Outcomes of a batch whose recipients were taken out of [`Scheduler::running`]: they
+/// are delivered even if the blocking task meant to deliver them never runs (the
+/// runtime shut down with the storage first), so no persist stays unresolved and no
+/// file stays tracked for a writer that never heard of it.
+struct Delivery {
+    scheduler: Arc<Scheduler>,
+    pending: Vec<(Recipient, UploadOutcome)>,
+}
+
+impl Delivery {
+    fn run(mut self) {
+        self.deliver_pending();
+    }
+
+    fn deliver_pending(&mut self) {
+        for (recipient, outcome) in self.pending.drain(..) {
+            self.scheduler.throttle.release(recipient.size);
+            self.scheduler.deliver(&recipient, outcome);
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        self.deliver_pending();
+    }
 }
 
 /// A task waiting for its batch.
@@ -167,12 +195,19 @@ impl Scheduler {
         self: &Arc<Self>,
         sink: Weak<dyn OutcomeSink>,
         writer: WriterId,
+        cancel: &AtomicBool,
         task: UploadTask,
     ) -> Result<(), UploadError> {
-        let size: u64 = task.change_sets.iter().map(|c| c.size).sum();
+        let size = task
+            .change_sets
+            .iter()
+            .fold(0u64, |sum, c| sum.saturating_add(c.size));
         self.throttle
-            .admit(size)
-            .map_err(|_| UploadError::StorageClosed)?;
+            .admit(size, cancel)
+            .map_err(|refused| match refused {
+                Refused::Closed => UploadError::StorageClosed,
+                Refused::Cancelled => UploadError::WriterClosed,
+            })?;
         let mut queue = self.queue.lock().unwrap();
         if queue.closed {
             drop(queue);
@@ -333,13 +368,12 @@ impl Scheduler {
                 }
             };
             recycle(tasks);
+            let delivery = Delivery {
+                scheduler: this.clone(),
+                pending: recipients.into_iter().zip(outcomes).collect(),
+            };
             // Delivery calls into writers' sandboxes: keep it off the async workers.
-            let delivered = tokio::task::spawn_blocking(move || {
-                for (recipient, outcome) in recipients.into_iter().zip(outcomes) {
-                    this.throttle.release(recipient.size);
-                    this.deliver(&recipient, outcome);
-                }
-            });
+            let delivered = tokio::task::spawn_blocking(move || delivery.run());
             if let Err(e) = delivered.await {
                 tracing::error!(error = %e, "delivering upload outcomes panicked");
             }

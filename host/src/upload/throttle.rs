@@ -6,14 +6,19 @@
 //! back on when a release restores it, so an operator can stop pulling input instead of
 //! blocking.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use tokio::sync::watch;
 
-/// The throttle was closed with its storage: nothing is admitted any more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the changelog storage is closed")]
-pub(crate) struct ThrottleClosed;
+/// Why a task was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The throttle was closed with its storage: nothing is admitted any more.
+    Closed,
+    /// The waiting writer is closing.
+    Cancelled,
+}
 
 /// Bytes in flight against a limit.
 pub(crate) struct Throttle {
@@ -44,16 +49,21 @@ impl Throttle {
         }
     }
 
-    /// Waits for capacity, then admits `size` bytes. Fails once the throttle is closed.
-    pub fn admit(&self, size: u64) -> Result<(), ThrottleClosed> {
+    /// Waits for capacity, then admits `size` bytes. Fails once the throttle is closed,
+    /// and while waiting once `cancel` is set (and [`Throttle::wake`] called).
+    pub fn admit(&self, size: u64, cancel: &AtomicBool) -> Result<(), Refused> {
         let mut state = self.state.lock().unwrap();
         while state.in_flight >= self.max && !state.closed {
+            if cancel.load(Ordering::SeqCst) {
+                return Err(Refused::Cancelled);
+            }
             state = self.changed.wait(state).unwrap();
         }
         if state.closed {
-            return Err(ThrottleClosed);
+            return Err(Refused::Closed);
         }
-        state.in_flight += size;
+        // Sizes are the host's own sums of what it copied, but never wrap.
+        state.in_flight = state.in_flight.saturating_add(size);
         self.gauge.increment(size as f64);
         if state.in_flight >= self.max {
             self.available.send_replace(false);
@@ -74,7 +84,15 @@ impl Throttle {
         }
     }
 
-    /// Wakes every waiter with an error; later seizes fail.
+    /// Wakes every waiter to look at its cancel flag again (set it before calling).
+    pub fn wake(&self) {
+        // Taking the lock orders this after a waiter's check of its flag: the waiter is
+        // either still to check (and sees the flag) or waiting (and is woken).
+        drop(self.state.lock().unwrap());
+        self.changed.notify_all();
+    }
+
+    /// Wakes every waiter with an error; later admissions fail.
     pub fn close(&self) {
         self.state.lock().unwrap().closed = true;
         self.changed.notify_all();
@@ -120,26 +138,51 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    static GO: AtomicBool = AtomicBool::new(false);
+
     #[test]
     fn admits_below_the_limit_even_when_overshooting() {
         let t = Throttle::new(10_000);
-        t.admit(10_001).unwrap();
+        t.admit(10_001, &GO).unwrap();
         assert_eq!(t.in_flight(), 10_001);
         assert!(!*t.subscribe().borrow());
         t.release(10_001);
         assert!(*t.subscribe().borrow());
-        t.admit(1).unwrap();
+        t.admit(1, &GO).unwrap();
+    }
+
+    #[test]
+    fn a_cancelled_waiter_gives_up_and_others_keep_waiting() {
+        let t = Arc::new(Throttle::new(1));
+        t.admit(1, &GO).unwrap();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancelled = {
+            let (t, cancel) = (t.clone(), cancel.clone());
+            std::thread::spawn(move || t.admit(1, &cancel))
+        };
+        let other = {
+            let t = t.clone();
+            std::thread::spawn(move || t.admit(1, &GO))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        cancel.store(true, Ordering::SeqCst);
+        t.wake();
+        assert_eq!(cancelled.join().unwrap(), Err(Refused::Cancelled));
+        assert!(!other.is_finished(), "an uncancelled waiter still waits");
+        t.release(1);
+        other.join().unwrap().unwrap();
+        assert_eq!(t.in_flight(), 1);
     }
 
     #[test]
     fn a_full_throttle_blocks_until_release() {
         let t = Arc::new(Throttle::new(10));
-        t.admit(10).unwrap();
+        t.admit(10, &GO).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = {
             let t = t.clone();
             std::thread::spawn(move || {
-                t.admit(1).unwrap();
+                t.admit(1, &GO).unwrap();
                 tx.send(()).unwrap();
             })
         };
@@ -157,13 +200,13 @@ mod tests {
     #[test]
     fn close_fails_waiters() {
         let t = Arc::new(Throttle::new(1));
-        t.admit(1).unwrap();
+        t.admit(1, &GO).unwrap();
         let waiter = {
             let t = t.clone();
-            std::thread::spawn(move || t.admit(1))
+            std::thread::spawn(move || t.admit(1, &GO))
         };
         std::thread::sleep(Duration::from_millis(50));
         t.close();
-        assert_eq!(waiter.join().unwrap(), Err(ThrottleClosed));
+        assert_eq!(waiter.join().unwrap(), Err(Refused::Closed));
     }
 }

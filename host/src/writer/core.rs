@@ -2,7 +2,9 @@
 //! host-side append buffer, and how every call into the guest runs.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dstl_proto::types::{WriterConfig, WriterError};
 
@@ -24,6 +26,9 @@ pub(crate) struct WriterCore {
     pub state: Mutex<WriterState>,
     /// Upload outcomes waiting for delivery (see `mailbox.rs`).
     pub mailbox: Mutex<VecDeque<UploadOutcome>>,
+    /// Set by `close` before it takes the lock: a call of this writer blocked on the
+    /// in-flight limit (holding the lock) gives up, so `close` never waits behind it.
+    pub closing: Arc<AtomicBool>,
     pub services: Arc<Services>,
     pub metrics: WriterMetrics,
     /// The `writer` span, entered by every call and every delivery.
@@ -58,6 +63,7 @@ impl WriterCore {
         id: WriterId,
         config: WriterConfig,
         instance: Option<Instance>,
+        closing: Arc<AtomicBool>,
         services: Arc<Services>,
         metrics: WriterMetrics,
     ) -> Self {
@@ -75,8 +81,19 @@ impl WriterCore {
                 },
             }),
             mailbox: Mutex::new(VecDeque::new()),
+            closing,
             services,
             metrics,
+        }
+    }
+
+    /// Takes the writer's lock. Releasing it delivers the upload outcomes that arrived
+    /// while it was held, on every path out of a call (early returns included): a
+    /// delivering thread that found the lock taken left them to whoever held it.
+    pub fn lock(&self) -> Locked<'_> {
+        Locked {
+            core: self,
+            state: Some(self.state.lock().unwrap()),
         }
     }
 
@@ -161,5 +178,35 @@ impl WriterCore {
                 source: WriterError::Closed(format!("writer {} was dropped", self.name)),
             },
         }
+    }
+}
+
+/// The writer's locked state; see [`WriterCore::lock`].
+pub(crate) struct Locked<'a> {
+    core: &'a WriterCore,
+    /// `None` only while dropping.
+    state: Option<MutexGuard<'a, WriterState>>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = WriterState;
+
+    fn deref(&self) -> &WriterState {
+        self.state.as_deref().expect("held until dropped")
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut WriterState {
+        self.state.as_deref_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Unlock first, then look at the mailbox: an outcome queued before the unlock by
+        // a thread whose `try_lock` failed is seen here (see `mailbox.rs`).
+        drop(self.state.take());
+        self.core.pump();
     }
 }

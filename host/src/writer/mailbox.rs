@@ -2,8 +2,11 @@
 //!
 //! Both run only while holding the writer's lock. A writer call drains the mailbox before
 //! and after itself; an outcome that arrives while the writer is idle is delivered at once
-//! by the thread that produced it. Nothing ever waits for the lock while holding another
-//! writer's lock, so delivery cannot deadlock.
+//! by the thread that produced it. A thread that finds the lock taken leaves its outcome
+//! queued: whoever holds the lock looks at the mailbox again right after unlocking (the
+//! [`super::core::Locked`] guard does, on every path), so an outcome waits at most for
+//! the call that holds the writer now, never for a later one. Nothing ever waits for the
+//! lock while holding another writer's lock, so delivery cannot deadlock.
 
 use super::core::{WriterCore, WriterState};
 use crate::upload::{OutcomeSink, UploadOutcome};
@@ -19,7 +22,7 @@ impl OutcomeSink for WriterCore {
 }
 
 impl WriterCore {
-    /// Delivers what waits, unless a call holds the writer (it drains before returning).
+    /// Delivers what waits, unless a call holds the writer (it pumps after unlocking).
     pub fn pump(&self) {
         loop {
             if self.mailbox.lock().unwrap().is_empty() {

@@ -7,6 +7,7 @@ mod core;
 mod mailbox;
 mod persist;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use self::core::{Bookkeeping, WriterCore};
 pub use self::persist::PersistFuture;
 use crate::error::Error;
 use crate::registry::WriterId;
-use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent};
+use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent, WriterLinks};
 use crate::services::Services;
 use crate::upload::OutcomeSink;
 
@@ -64,25 +65,22 @@ impl Writer {
         let name = config.name.clone();
         let metrics = services.writer_labels.writer(&name);
         let mut setup_error = None;
+        let closing = Arc::new(AtomicBool::new(false));
         let core = Arc::new_cyclic(|this: &Weak<WriterCore>| {
-            let sink: Weak<dyn OutcomeSink> = this.clone();
-            let preemptive_uploads = metrics.preemptive_uploads();
-            let instance = Instance::new(
-                pre,
-                services.clone(),
-                sink,
-                id,
-                &config,
-                limits,
-                preemptive_uploads,
-            )
-            .map_err(|trap| setup_error = Some(trap))
-            .ok();
+            let links = WriterLinks {
+                sink: this.clone() as Weak<dyn OutcomeSink>,
+                closing: closing.clone(),
+                preemptive_uploads: metrics.preemptive_uploads(),
+            };
+            let instance = Instance::new(pre, services.clone(), links, id, &config, limits)
+                .map_err(|trap| setup_error = Some(trap))
+                .ok();
             WriterCore::new(
                 name.clone(),
                 id,
                 config.clone(),
                 instance,
+                closing,
                 services.clone(),
                 metrics,
             )
@@ -135,7 +133,7 @@ impl Writer {
         check: Result<(), WriterError>,
     ) -> Result<(), Error> {
         let core = &self.core;
-        let mut state = core.state.lock().unwrap();
+        let mut state = core.lock();
         if state.instance.is_none() {
             return Err(core.trapped_error(&state));
         }
@@ -165,8 +163,6 @@ impl Writer {
         core.drain(&mut state);
         let result = core.flush(&mut state);
         core.drain(&mut state);
-        drop(state);
-        core.pump();
         result
     }
 
@@ -254,7 +250,7 @@ impl Writer {
 
     /// Why the sandbox failed, if it trapped.
     pub fn failure(&self) -> Option<String> {
-        let state = self.core.state.lock().unwrap();
+        let state = self.core.lock();
         state.failure.as_ref().map(|trap| trap.cause.clone())
     }
 
@@ -264,7 +260,12 @@ impl Writer {
         &self,
         f: impl FnOnce(&mut Instance) -> Call<Vec<PersistCompletion>>,
     ) -> Result<(), Error> {
-        let name = &self.core.name;
+        let core = &self.core;
+        // A call of this writer blocked on the in-flight limit holds the lock: make it
+        // give up (its guest sees the schedule fail) instead of waiting behind it.
+        core.closing.store(true, Ordering::SeqCst);
+        core.services.scheduler.throttle.wake();
+        let name = &core.name;
         self.call(|instance, book| {
             let completions = match f(instance)? {
                 Ok(completions) => completions,
@@ -285,14 +286,12 @@ impl Writer {
     ) -> Result<R, Error> {
         let core = &self.core;
         let _span = core.span.enter();
-        let mut state = core.state.lock().unwrap();
+        let mut state = core.lock();
         core.drain(&mut state);
         let result = core
             .flush(&mut state)
             .and_then(|()| core.invoke(&mut state, f));
         core.drain(&mut state);
-        drop(state);
-        core.pump();
         result
     }
 }
@@ -305,13 +304,11 @@ impl Drop for Writer {
         // Uploads still in flight find the writer gone and release their files
         // themselves, and pending persists see the writer dropped.
         let core = &self.core;
-        let mut state = core.state.lock().unwrap();
+        let mut state = core.lock();
         core.abandon(&mut state);
         state.book.tickets.clear();
         // Outcomes posted while this held the lock: with no sandbox left, delivering them
-        // releases their files.
+        // releases their files (as the unlock does for those posted later).
         core.drain(&mut state);
-        drop(state);
-        core.pump();
     }
 }

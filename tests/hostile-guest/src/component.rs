@@ -1,4 +1,4 @@
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 wit_bindgen::generate!({
     world: "changelog",
@@ -15,6 +15,19 @@ struct Component;
 
 struct Hostile {
     next_task: Cell<u64>,
+    /// The file a `persist` names in its (forged) snapshot, set by `forge`.
+    forged: RefCell<Option<String>>,
+}
+
+/// One well-formed change-set block: one metadata change of `size` zero bytes.
+fn block(size: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + size as usize);
+    out.extend_from_slice(&1i32.to_be_bytes()); // groups
+    out.extend_from_slice(&1i32.to_be_bytes()); // changes in the group
+    out.extend_from_slice(&(-1i32).to_be_bytes()); // key group
+    out.extend_from_slice(&(size as i32).to_be_bytes());
+    out.resize(out.len() + size as usize, 0);
+    out
 }
 
 fn handle(path: &str) -> w::StreamHandle {
@@ -48,20 +61,26 @@ impl Hostile {
             "discard" => {
                 local_registry::discard_up_to(number(rest)?);
             }
+            // A valid block of SIZE payload bytes, described truthfully.
             "schedule" => {
                 let size = number(rest)? as u64;
-                let id = self.next_task.get();
-                self.next_task.set(id + 1);
-                uploader::schedule(&w::UploadTask {
-                    id,
-                    change_sets: vec![w::ChangeSetBlock {
-                        sequence_number: id,
-                        size,
-                        block: vec![0; size as usize],
-                    }],
-                })
-                .map_err(w::WriterError::UploadFailed)?;
+                self.schedule(vec![(0, size, block(size))])?;
             }
+            // A valid block of SIZE payload bytes that claims to hold none.
+            "schedule-lying" => {
+                let size = number(rest)? as u64;
+                self.schedule(vec![(0, 0, block(size))])?;
+            }
+            // SIZE bytes that are no change-set block at all.
+            "schedule-garbage" => {
+                let size = number(rest)? as u64;
+                self.schedule(vec![(0, size, vec![0xff; size as usize])])?;
+            }
+            "schedule-empty" => self.schedule(Vec::new())?,
+            // Two change sets whose sequence numbers descend.
+            "schedule-descending" => self.schedule(vec![(5, 1, block(1)), (3, 1, block(1))])?,
+            // The next persist returns a snapshot naming PATH, which this writer never wrote.
+            "forge" => *self.forged.borrow_mut() = Some(rest.to_string()),
             "spin" => {
                 let mut x = 1u64;
                 loop {
@@ -77,12 +96,31 @@ impl Hostile {
         }
         Ok(())
     }
+
+    /// Schedules one task holding `(sequence number, claimed size, block)` change sets.
+    fn schedule(&self, change_sets: Vec<(u64, u64, Vec<u8>)>) -> Result<(), w::WriterError> {
+        let id = self.next_task.get();
+        self.next_task.set(id + 1);
+        uploader::schedule(&w::UploadTask {
+            id,
+            change_sets: change_sets
+                .into_iter()
+                .map(|(sequence_number, size, block)| w::ChangeSetBlock {
+                    sequence_number,
+                    size,
+                    block,
+                })
+                .collect(),
+        })
+        .map_err(w::WriterError::UploadFailed)
+    }
 }
 
 impl GuestWriter for Hostile {
     fn new(_config: w::WriterConfig) -> Self {
         Self {
             next_task: Cell::new(0),
+            forged: RefCell::new(None),
         }
     }
 
@@ -114,7 +152,27 @@ impl GuestWriter for Hostile {
     }
 
     fn persist(&self, _start: u64, _checkpoint: i64) -> Result<w::PersistReply, w::WriterError> {
-        Err(invalid("this component does not persist".into()))
+        let Some(path) = self.forged.borrow().clone() else {
+            return Err(invalid("this component does not persist".into()));
+        };
+        let handle = |path: &str| w::ChangelogHandle {
+            entries: vec![w::HandleEntry {
+                handle: w::StreamHandle {
+                    path: path.to_string(),
+                    file_size: 1,
+                },
+                offset: 1,
+                size: 1,
+            }],
+            key_group_range: w::KeyGroupRange { start: 0, end: 0 },
+            state_size: 1,
+            incremental_size: 1,
+            storage_id: "forged".to_string(),
+        };
+        Ok(w::PersistReply::Ready(w::SnapshotResult {
+            remote: handle(&path),
+            local: None,
+        }))
     }
 
     fn truncate(&self, _to: u64) -> Result<(), w::WriterError> {

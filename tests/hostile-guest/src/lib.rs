@@ -6,8 +6,12 @@
 //!
 //! - `release PATH`, `stop-tracking PATH`: the registry imports, for any path;
 //! - `register PATH CHECKPOINT`, `discard CHECKPOINT`: the local-registry imports;
-//! - `schedule BYTES`: upload one change set of that many payload bytes (the block is
-//!   not a valid change set; the host does not read it);
+//! - `schedule BYTES`: upload one well-formed change set of that many payload bytes;
+//!   `schedule-lying BYTES` claims it holds none; `schedule-garbage BYTES` sends bytes
+//!   that are no change-set block; `schedule-empty` a task without change sets;
+//!   `schedule-descending` change sets whose sequence numbers go down;
+//! - `forge PATH`: the next `persist` answers at once with a snapshot naming `PATH`,
+//!   a file this writer never wrote;
 //! - `spin`: compute forever; `grow BYTES`: allocate; `panic MESSAGE`: panic.
 //!
 //! Every other call answers trivially. Natively the crate is empty: the bindings compile
