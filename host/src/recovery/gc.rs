@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use super::manifest::{Manifest, ManifestError};
 use crate::config::Config;
-use crate::store::lease::{CLOCK_SKEW, LEASE_DIR, LeaseRecord, is_lease_name};
+use crate::store::lease::{CLOCK_SKEW, LEASE_DIR, LeaseRecord, is_lease_name, local_lease_dir};
 use crate::store::{Location, S3Error, S3Store, Store, StoredFile};
 
 /// Why a collection cannot run; it then deletes nothing.
@@ -354,7 +354,7 @@ fn local_leases(
     job: &str,
     links: &mut Vec<String>,
 ) -> Result<Vec<LeaseFile>, GcError> {
-    let dir = base.join(job).join(LEASE_DIR);
+    let dir = local_lease_dir(base, job);
     match std::fs::symlink_metadata(&dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(meta) if meta.file_type().is_symlink() => {
@@ -454,7 +454,12 @@ pub fn classify(
     let mut protected_since: HashMap<String, SystemTime> = HashMap::new();
     for lease in leases {
         if lease.is_live(now) {
-            let since = lease.record.opened() - CLOCK_SKEW;
+            // A lease that claims to open in the future is damaged: it protects the
+            // whole job rather than nothing.
+            let opened = Some(lease.record.opened())
+                .filter(|opened| *opened <= now + CLOCK_SKEW)
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let since = opened.checked_sub(CLOCK_SKEW).unwrap_or(opened);
             protected_since
                 .entry(lease.job.clone())
                 .and_modify(|s| *s = (*s).min(since))

@@ -57,9 +57,12 @@ impl LeaseRecord {
         }
     }
 
-    /// When the holder opened.
+    /// When the holder opened; the epoch for a time out of range (protecting everything
+    /// rather than failing on a damaged lease).
     pub fn opened(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(self.opened_ms)
+        UNIX_EPOCH
+            .checked_add(Duration::from_millis(self.opened_ms))
+            .unwrap_or(UNIX_EPOCH)
     }
 
     /// How long the lease protects after its last refresh.
@@ -116,7 +119,7 @@ impl Lease {
         let bytes = serde_json::to_vec(&LeaseRecord::now()).expect("a record serializes");
         let (dir, path) = match location {
             Location::Local(base) => {
-                let dir = base.join(job).join(LEASE_DIR);
+                let dir = local_lease_dir(base, job);
                 let path = LocalStore::open(&dir)
                     .and_then(|store| store.create(&name, &bytes))
                     .map_err(|source| LeaseError::Write {
@@ -229,4 +232,51 @@ pub fn is_lease_name(name: &str) -> bool {
 /// The lease directory of `job` under a local base.
 pub fn local_lease_dir(base: &Path, job: &str) -> PathBuf {
     base.join(job).join(LEASE_DIR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_lease_protects_everything_instead_of_failing() {
+        let garbage = LeaseRecord::parse(b"{\"opened_ms\": ");
+        assert_eq!(garbage.opened(), UNIX_EPOCH);
+        assert_eq!(garbage.expires_after(), EXPIRES_AFTER);
+        let huge = LeaseRecord::parse(
+            format!(
+                "{{\"opened_ms\": {}, \"expires_after_ms\": 1, \"pid\": 1}}",
+                u64::MAX
+            )
+            .as_bytes(),
+        );
+        // Far in the future, without overflowing (gc treats that as damaged).
+        assert!(huge.opened() > SystemTime::now());
+    }
+
+    #[test]
+    fn lease_names_are_uuids_with_the_suffix() {
+        let name = format!("{}{LEASE_SUFFIX}", uuid::Uuid::new_v4());
+        assert!(is_lease_name(&name));
+        assert!(!is_lease_name("x.lease"));
+        assert!(!is_lease_name(name.trim_end_matches(LEASE_SUFFIX)));
+    }
+
+    #[test]
+    fn a_local_lease_is_written_and_removed_with_its_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let location = Location::Local(tmp.path().to_path_buf());
+        let lease = Lease::take(&location, &S3Settings::default(), "job").unwrap();
+        let dir = local_lease_dir(tmp.path(), "job");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1);
+        assert!(is_lease_name(&names[0]));
+        let record = LeaseRecord::parse(&std::fs::read(dir.join(&names[0])).unwrap());
+        assert_eq!(record.pid, std::process::id());
+        lease.release();
+        assert!(!dir.exists());
+    }
 }
