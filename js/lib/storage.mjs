@@ -8,6 +8,7 @@ import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
 import { readHandle } from './reader.mjs';
 import { Discarder, LocalRegistry, Outstanding, TaskRegistry } from './registry.mjs';
 import { Metrics, Scheduler, Uploader } from './scheduler.mjs';
+import { Lease } from './lease.mjs';
 import { LocalStore } from './store.mjs';
 import { Writer } from './writer.mjs';
 
@@ -98,7 +99,17 @@ export class ChangelogStorage {
       if (e instanceof SetupError) throw e;
       throw new SetupError(`cannot load the writer component: ${e.message}`);
     }
-    return new ChangelogStorage(config, component, { remote, local }, options.logger ?? defaultLogger);
+    const logger = options.logger ?? defaultLogger;
+    let lease;
+    try {
+      lease = await Lease.take(config.basePath, config.jobId, (message) => logger('warn', null, message));
+    } catch (e) {
+      throw new SetupError(`cannot take the job's lease under ${config.basePath}: ${e.message}`);
+    }
+    const storage = new ChangelogStorage(config, component, { remote, local }, logger);
+    // Tells `dstl gc` the job is live (see lease.mjs); released at close.
+    storage.lease = lease;
+    return storage;
   }
 
   /** @internal */
@@ -216,6 +227,7 @@ export class ChangelogStorage {
     clearTimeout(timer);
     if (late) this._log('warn', null, `uploads still running at close after ${grace} ms; abandoning them`);
     await this.uploader.close();
+    await this.lease?.release();
   }
 }
 

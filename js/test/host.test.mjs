@@ -187,6 +187,23 @@ describe('store', () => {
   });
 });
 
+describe('lease', () => {
+  test('an open storage holds a lease on its job that `dstl gc` honours; close removes it', async () => {
+    const base = tempDir();
+    const storage = await ChangelogStorage.open({ 'dstl.dfs.base-path': base });
+    const dir = join(base, storage.config.jobId, 'leases');
+    const names = readdirSync(dir);
+    assert.equal(names.length, 1);
+    assert.match(names[0], /^[0-9a-f-]{36}\.lease$/);
+    const record = JSON.parse(readFileSync(join(dir, names[0]), 'utf8'));
+    assert.equal(record.pid, process.pid);
+    assert.equal(record.expires_after_ms, 600000);
+    assert.ok(Math.abs(record.opened_ms - Date.now()) < 60000);
+    await storage.close();
+    assert.ok(!existsSync(dir));
+  });
+});
+
 describe('configuration', () => {
   test('keys, prefixes and Flink value syntax as the Rust host', () => {
     const config = Config.from({
