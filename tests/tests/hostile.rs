@@ -648,7 +648,7 @@ fn gc_never_deletes_what_manifests_name_outside_the_store() {
         "gc only lists files under the base: {files:?}"
     );
     let report = dstl::gc::classify(
-        dstl::gc::Listing {
+        &dstl::gc::Listing {
             files,
             ..Default::default()
         },

@@ -176,7 +176,7 @@ fn gc_finds_and_deletes_orphans_in_the_bucket() {
     assert!(listing.leases[0].is_live(std::time::SystemTime::now()));
     let files = listing.files;
     let young = dstl::gc::classify(
-        dstl::gc::Listing {
+        &dstl::gc::Listing {
             files: files.clone(),
             ..Default::default()
         },
@@ -190,7 +190,7 @@ fn gc_finds_and_deletes_orphans_in_the_bucket() {
         "nothing is an orphan within the grace period"
     );
     let report = dstl::gc::classify(
-        dstl::gc::Listing {
+        &dstl::gc::Listing {
             files,
             ..Default::default()
         },

@@ -867,7 +867,7 @@ fn gc_during_a_live_job_keeps_what_the_next_checkpoint_needs() {
     let live = dstl::gc::live(&manifests).unwrap();
     let listing = dstl::gc::stored_files(storage.config(), &live.jobs).unwrap();
     assert_eq!(listing.leases.len(), 1, "the open storage's lease");
-    let report = dstl::gc::classify(listing, &live, grace, std::time::SystemTime::now()).unwrap();
+    let report = dstl::gc::classify(&listing, &live, grace, std::time::SystemTime::now()).unwrap();
     assert!(report.orphans.is_empty(), "{:?}", report.orphans);
     assert_eq!(report.leased, 1);
     dstl::gc::delete(storage.config(), &report).unwrap();

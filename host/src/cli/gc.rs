@@ -43,24 +43,27 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
     jobs.extend(args.jobs.iter().cloned());
     let listing = dstl::gc::stored_files(&config, &jobs)?;
     let referenced = &live.paths;
-    let links = listing.skipped_links.clone();
-    let skipped_jobs = listing.skipped_jobs.clone();
-    let report = dstl::gc::classify(listing, &live, args.grace, std::time::SystemTime::now())?;
+    let report = dstl::gc::classify(&listing, &live, args.grace, std::time::SystemTime::now())?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "jobs collected: {}",
         jobs.iter().cloned().collect::<Vec<_>>().join(", ")
     )?;
-    if !skipped_jobs.is_empty() {
+    if !listing.skipped_jobs.is_empty() {
         writeln!(
             out,
             "jobs skipped (no manifest in {} names them; pass --job ID to collect one): {}",
             args.manifests.display(),
-            skipped_jobs.iter().cloned().collect::<Vec<_>>().join(", ")
+            listing
+                .skipped_jobs
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         )?;
     }
-    for link in &links {
+    for link in &listing.skipped_links {
         writeln!(out, "skipped symbolic link (not followed)\t{link}")?;
     }
     for orphan in &report.orphans {

@@ -440,7 +440,7 @@ fn list_dir(dir: &Path, links: &mut Vec<String>) -> Result<Vec<StoredFile>, GcEr
 /// A live lease of a job protects every unreferenced file of that job modified since
 /// the lease was taken (less [`CLOCK_SKEW`]); an expired lease is itself an orphan.
 pub fn classify(
-    listing: Listing,
+    listing: &Listing,
     live: &Live,
     grace: Duration,
     now: SystemTime,
@@ -467,7 +467,7 @@ pub fn classify(
         } else {
             let age = now.duration_since(lease.file.modified).unwrap_or_default();
             report.orphans.push(Orphan {
-                file: lease.file,
+                file: lease.file.clone(),
                 age,
             });
         }
@@ -483,7 +483,7 @@ pub fn classify(
         if let Some(named) = store_key(&file.path).and_then(|key| live.keys.get(&key)) {
             return Err(GcError::ForeignBase {
                 named: named.clone(),
-                listed: file.path,
+                listed: file.path.clone(),
             });
         }
         let leased = job_of(&file.path)
@@ -497,7 +497,10 @@ pub fn classify(
         if age < grace {
             report.young += 1;
         } else {
-            report.orphans.push(Orphan { file, age });
+            report.orphans.push(Orphan {
+                file: file.clone(),
+                age,
+            });
         }
     }
     Ok(report)
