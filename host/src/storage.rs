@@ -14,7 +14,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::recovery::Recovery;
 use crate::recovery::reader::{self, ReadError};
 use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
-use crate::sandbox::{ComponentCodec, Runtime, WriterComponent};
+use crate::sandbox::{ComponentCodec, EngineSettings, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::lease::Lease;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
@@ -29,7 +29,7 @@ use crate::writer::{Writer, WriterOptions};
 pub struct ChangelogStorage {
     services: Arc<Services>,
     /// The engine and the pre-linked writer component.
-    wasm: Runtime,
+    wasm: Arc<Runtime>,
     /// Where uploads go.
     remote: Arc<dyn Store>,
     /// Reads files named by handles.
@@ -102,8 +102,17 @@ impl ChangelogStorage {
         } else {
             None
         };
-        let wasm = Runtime::new(config.max_writers, config.writer_memory_limit)
-            .map_err(|e| Error::sandbox_setup("cannot load the writer component", &e))?;
+        let settings = EngineSettings {
+            max_writers: config.max_writers,
+            memory_limit: config.writer_memory_limit,
+            signals_based_traps: config.signals_based_traps,
+        };
+        let wasm = if config.shared_engine {
+            Runtime::shared(settings)
+        } else {
+            Runtime::new(settings).map(Arc::new)
+        }
+        .map_err(|e| Error::sandbox_setup("cannot load the writer component", &e))?;
         let outstanding = Outstanding::default();
         let stores = Stores {
             remote: store.clone(),

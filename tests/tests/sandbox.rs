@@ -225,6 +225,58 @@ fn panics_and_memory_growth_trap_with_their_kind() {
     );
 }
 
+/// Without signal handlers (how the Flink plugin runs inside a JVM) faults are still
+/// contained: explicit bounds checks turn them into the same traps.
+#[test]
+fn without_signal_handlers_guest_faults_still_trap_with_their_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, component) = open(tmp.path(), &["dstl.writer.signals-based-traps=false"]);
+    let h = hostile(&storage, &component, WriterOptions::default());
+    expect_trap(command(&h, "panic on purpose"), TrapKind::GuestPanic, "");
+    let h = hostile(
+        &storage,
+        &component,
+        WriterOptions {
+            memory_limit: Some(4 << 20),
+            ..Default::default()
+        },
+    );
+    expect_trap(
+        command(&h, "grow 16000000"),
+        TrapKind::MemoryLimit,
+        "memory",
+    );
+    // A healthy writer of the same storage works on.
+    let (writer, snapshot) = returned_snapshot(&storage, b"after the traps");
+    assert_eq!(snapshot.remote.entries.len(), 1);
+    drop(writer);
+}
+
+/// Storages opened with `dstl.writer.engine=process` and equal engine settings share one
+/// engine, so its instance pool bounds their writers together: a process running many
+/// jobs reserves one pool, not one per job.
+#[test]
+fn storages_of_one_process_can_share_an_engine_and_its_pool() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A pool size no other test uses, so no other test's storage shares this engine.
+    let conf = ["dstl.writer.engine=process", "dstl.writer.max-writers=3"];
+    let a = dstl_tests::harness::open(&tmp.path().join("a"), &conf);
+    let b = dstl_tests::harness::open(&tmp.path().join("b"), &conf);
+    let _w1 = a.create_writer("a-1", RANGE).unwrap();
+    let _w2 = b.create_writer("b-1", RANGE).unwrap();
+    let w3 = a.create_writer("a-2", RANGE).unwrap();
+    let Err(error) = b.create_writer("b-2", RANGE) else {
+        panic!("the shared pool holds three writers, yet a fourth was created");
+    };
+    assert!(error.to_string().contains("b-2"), "{error}");
+    // A writer's slot goes back to the shared pool when it is dropped.
+    drop(w3);
+    let _w4 = b.create_writer("b-3", RANGE).unwrap();
+    // Storages with their own engines are not bounded by it.
+    let c = dstl_tests::harness::open(&tmp.path().join("c"), &["dstl.writer.max-writers=3"]);
+    let _w5 = c.create_writer("c-1", RANGE).unwrap();
+}
+
 #[test]
 fn a_component_that_is_not_a_writer_is_refused() {
     let tmp = tempfile::tempdir().unwrap();

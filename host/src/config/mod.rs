@@ -109,6 +109,17 @@ pub struct Config {
     /// How long one call into a writer's sandbox may run before it is interrupted
     /// (`dstl.writer.call-timeout`).
     pub writer_call_timeout: Duration,
+    /// Whether the wasm engine turns faults in guest code into traps through signal
+    /// handlers (`dstl.writer.signals-based-traps`). Off, it checks bounds explicitly and
+    /// installs no handler: what an embedding in a JVM needs, whose own SIGSEGV handler
+    /// must stay in front.
+    pub signals_based_traps: bool,
+    /// Whether writers run on an engine of this storage's own or on one shared by every
+    /// storage of the process opened with the same engine settings
+    /// (`dstl.writer.engine`: `storage` or `process`). A shared engine reserves its
+    /// instance pool (`dstl.writer.max-writers`) once per process, however many
+    /// storages (jobs) are open, and `max-writers` then bounds them all together.
+    pub shared_engine: bool,
     /// How to reach S3-compatible stores (`dstl.s3.*`).
     pub s3: crate::store::S3Settings,
     /// Distinct writer names that get a `writer` label of their own in the metrics; later
@@ -151,6 +162,8 @@ impl Default for Config {
             writer_memory_limit: 256 << 20,
             max_writers: 1024,
             writer_call_timeout: Duration::from_secs(10),
+            signals_based_traps: true,
+            shared_engine: false,
             s3: crate::store::S3Settings::default(),
             metrics_writer_label_limit: 100,
         }
@@ -181,6 +194,8 @@ pub const KEYS: &[&str] = &[
     "dstl.writer.memory-limit",
     "dstl.writer.max-writers",
     "dstl.writer.call-timeout",
+    "dstl.writer.signals-based-traps",
+    "dstl.writer.engine",
     "dstl.s3.endpoint",
     "dstl.s3.region",
     "dstl.s3.access-key-id",
@@ -286,6 +301,14 @@ impl Config {
                 self.writer_call_timeout = duration()?;
                 if self.writer_call_timeout < Duration::from_millis(1) {
                     return Err(invalid("a duration of at least 1 ms"));
+                }
+            }
+            "dstl.writer.signals-based-traps" => self.signals_based_traps = boolean()?,
+            "dstl.writer.engine" => {
+                self.shared_engine = match value.to_ascii_lowercase().as_str() {
+                    "storage" => false,
+                    "process" => true,
+                    _ => return Err(invalid("`storage` or `process`")),
                 }
             }
             "dstl.s3.endpoint" => {
@@ -422,6 +445,13 @@ impl Config {
             format!("{}b", self.writer_memory_limit),
             self.max_writers.to_string(),
             ms(self.writer_call_timeout),
+            self.signals_based_traps.to_string(),
+            if self.shared_engine {
+                "process"
+            } else {
+                "storage"
+            }
+            .into(),
             self.s3
                 .endpoint
                 .clone()

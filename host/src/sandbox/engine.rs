@@ -1,8 +1,8 @@
 //! The wasmtime engine shared by every writer of a storage: pooling allocator, epoch
 //! ticker for call deadlines, and the pre-linked writer component.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config as WasmConfig, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -42,10 +42,49 @@ pub(crate) fn deadline_ticks(timeout: std::time::Duration) -> u64 {
 /// How often the engine's epoch advances; the resolution of call deadlines.
 pub(crate) const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// What an engine is built from; storages whose settings are equal can share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EngineSettings {
+    /// Instances the pool holds at once.
+    pub max_writers: u32,
+    /// Largest linear memory of one writer.
+    pub memory_limit: u64,
+    /// Traps through signal handlers (faster bounds checks) or explicit checks only.
+    pub signals_based_traps: bool,
+}
+
+/// Engines shared by the storages of this process (`dstl.writer.engine = process`),
+/// kept while some storage uses them.
+static SHARED: Mutex<Vec<(EngineSettings, Weak<Runtime>)>> = Mutex::new(Vec::new());
+
 impl Runtime {
+    /// The process's engine for `settings`, created on first use and shared by every
+    /// storage that asks for the same settings while one of them is open. One pool
+    /// reservation per process, instead of one per storage: a TaskManager running many
+    /// jobs (one storage each) reserves address space once.
+    pub fn shared(settings: EngineSettings) -> wasmtime::Result<Arc<Self>> {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared.retain(|(_, runtime)| runtime.strong_count() > 0);
+        if let Some(runtime) = shared
+            .iter()
+            .find(|(s, _)| *s == settings)
+            .and_then(|(_, runtime)| runtime.upgrade())
+        {
+            return Ok(runtime);
+        }
+        let runtime = Arc::new(Self::new(settings)?);
+        shared.push((settings, Arc::downgrade(&runtime)));
+        Ok(runtime)
+    }
+
     /// One engine with the pooling allocator sized for `max_writers` instances whose
     /// memories may grow to `memory_limit` bytes.
-    pub fn new(max_writers: u32, memory_limit: u64) -> wasmtime::Result<Self> {
+    pub fn new(settings: EngineSettings) -> wasmtime::Result<Self> {
+        let EngineSettings {
+            max_writers,
+            memory_limit,
+            signals_based_traps,
+        } = settings;
         let mut pool = PoolingAllocationConfig::default();
         // Each writer is one component instance of 3 core modules and about 19 core
         // instances (measured); leave headroom.
@@ -59,6 +98,9 @@ impl Runtime {
         // Guest calls get a deadline: a call that runs away (a bug, a hostile batch)
         // is interrupted with a trap instead of holding its writer forever.
         config.epoch_interruption(true);
+        // Off, no signal handler is installed and out-of-bounds accesses are caught by
+        // explicit checks; a host process with handlers of its own (a JVM) keeps them.
+        config.signals_based_traps(signals_based_traps);
         let engine = Engine::new(&config)?;
         let component = load_component(&engine)?;
         let mut linker: Linker<WriterCtx> = Linker::new(&engine);

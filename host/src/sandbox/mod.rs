@@ -16,8 +16,8 @@ pub(crate) mod trap;
 
 pub use codec::ComponentCodec;
 pub(crate) use context::WriterLinks;
-pub(crate) use engine::Runtime;
 pub use engine::WriterComponent;
+pub(crate) use engine::{EngineSettings, Runtime};
 pub(crate) use instance::{Call, Instance, Limits};
 pub(crate) use trap::Trap;
 pub use trap::TrapKind;

@@ -1,0 +1,123 @@
+//! The few raw JNI calls the entry points need, on `jni-sys`. The hot path (an append
+//! batch) touches no JNI function at all: the Java writer's direct buffers are resolved
+//! to addresses once, when the writer is created.
+
+use std::ffi::CString;
+
+use jni_sys::{JNIEnv, jbyteArray, jlong, jlongArray, jobject, jsize};
+
+/// The calling thread's JNI environment, valid for one native call.
+#[derive(Clone, Copy)]
+pub struct Env(pub *mut JNIEnv);
+
+impl Env {
+    fn table(&self) -> &jni_sys::JNINativeInterface__1_6 {
+        // SAFETY: the JVM hands every native method a valid environment pointer, and a
+        // Java 17 VM implements at least the 1.6 function table.
+        unsafe { &(**self.0).v1_6 }
+    }
+
+    /// Throws a new `class` (a JNI class name such as `java/io/IOException`) with
+    /// `message`, unless an exception is already pending.
+    pub fn throw(&self, class: &str, message: &str) {
+        let t = self.table();
+        // SAFETY: valid env; the strings live across the calls.
+        unsafe {
+            if (t.ExceptionCheck)(self.0) {
+                return;
+            }
+            let class = CString::new(class).expect("class names hold no NUL");
+            let message = CString::new(message.replace('\0', "\\0")).expect("NULs escaped");
+            let cls = (t.FindClass)(self.0, class.as_ptr());
+            if cls.is_null() {
+                return; // FindClass left a NoClassDefFoundError pending.
+            }
+            (t.ThrowNew)(self.0, cls, message.as_ptr());
+            (t.DeleteLocalRef)(self.0, cls);
+        }
+    }
+
+    /// The bytes of a Java `byte[]` (copied).
+    pub fn bytes(&self, array: jbyteArray) -> Vec<u8> {
+        if array.is_null() {
+            return Vec::new();
+        }
+        let t = self.table();
+        // SAFETY: `array` is a live byte[] reference of this call; the region copied is
+        // exactly its length.
+        unsafe {
+            let len = (t.GetArrayLength)(self.0, array).max(0) as usize;
+            let mut out = vec![0u8; len];
+            (t.GetByteArrayRegion)(self.0, array, 0, len as jsize, out.as_mut_ptr().cast());
+            out
+        }
+    }
+
+    /// Runs `f` on the elements of a Java `byte[]` without copying them when the VM
+    /// allows (the array is released without write-back).
+    pub fn with_bytes<R>(&self, array: jbyteArray, f: impl FnOnce(&[u8]) -> R) -> R {
+        if array.is_null() {
+            return f(&[]);
+        }
+        let t = self.table();
+        // SAFETY: as in `bytes`; `JNI_ABORT` releases without copying back.
+        unsafe {
+            let len = (t.GetArrayLength)(self.0, array).max(0) as usize;
+            let ptr = (t.GetByteArrayElements)(self.0, array, std::ptr::null_mut());
+            if ptr.is_null() {
+                return f(&[]);
+            }
+            let slice = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+            let result = f(slice);
+            (t.ReleaseByteArrayElements)(self.0, array, ptr, jni_sys::JNI_ABORT);
+            result
+        }
+    }
+
+    /// A new Java `byte[]` holding `data`; null (with an `OutOfMemoryError` pending) if
+    /// the VM cannot allocate it.
+    pub fn new_bytes(&self, data: &[u8]) -> jbyteArray {
+        let t = self.table();
+        // SAFETY: valid env; the region written is the new array's whole length.
+        unsafe {
+            let array = (t.NewByteArray)(self.0, data.len() as jsize);
+            if !array.is_null() {
+                (t.SetByteArrayRegion)(self.0, array, 0, data.len() as jsize, data.as_ptr().cast());
+            }
+            array
+        }
+    }
+
+    /// A new Java `long[]` holding `data`.
+    pub fn new_longs(&self, data: &[i64]) -> jlongArray {
+        let t = self.table();
+        // SAFETY: as in `new_bytes`.
+        unsafe {
+            let array = (t.NewLongArray)(self.0, data.len() as jsize);
+            if !array.is_null() {
+                (t.SetLongArrayRegion)(
+                    self.0,
+                    array,
+                    0,
+                    data.len() as jsize,
+                    data.as_ptr() as *const jlong,
+                );
+            }
+            array
+        }
+    }
+
+    /// The address and capacity of a direct `ByteBuffer`; `None` for a heap buffer.
+    pub fn direct_buffer(&self, buffer: jobject) -> Option<(*mut u8, usize)> {
+        if buffer.is_null() {
+            return None;
+        }
+        let t = self.table();
+        // SAFETY: valid env and a live reference of this call.
+        unsafe {
+            let address = (t.GetDirectBufferAddress)(self.0, buffer);
+            let capacity = (t.GetDirectBufferCapacity)(self.0, buffer);
+            (!address.is_null() && capacity >= 0).then_some((address.cast(), capacity as usize))
+        }
+    }
+}

@@ -1,0 +1,646 @@
+//! The native half of dstl's Flink plugin: the JNI entry points of the Java class
+//! `io.dstl.flink.Native`, each a thin call into the dstl host (`dstl::ChangelogStorage`,
+//! `dstl::Writer`).
+//!
+//! Rules every entry point keeps:
+//! - **No panic crosses JNI.** Each body runs under `catch_unwind`; an error or a panic
+//!   becomes a Java exception naming the writer (or storage) and the operation.
+//! - **No native thread calls into Java.** Persist outcomes are queued per storage and
+//!   taken by a Java daemon thread that blocks in [`nextCompletion`]; dstl's own threads
+//!   are never attached to the JVM, so none can linger as a non-daemon Java thread.
+//! - **Handles are boxed pointers** owned by the Java objects that hold them: a storage
+//!   from `openStorage` until `freeStorage`, a writer from `createWriter` until
+//!   `truncateAndClose`/`closeWriter`/`freeWriter`. The Java side never uses one after
+//!   freeing it (its writer is confined to the task thread; see `DstlWriter.java`).
+
+mod completion;
+mod jni;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dstl::{ChangelogStorage, Config, Error, KeyGroupRange, Writer, WriterError};
+use jni_sys::{JNIEnv, jboolean, jbyteArray, jclass, jint, jlong, jlongArray, jobject};
+
+use crate::completion::Completions;
+use crate::jni::Env;
+
+/// One job's storage on this TaskManager, with the queue its persists complete into.
+struct StorageHandle {
+    /// Taken by `closeStorage`.
+    storage: Mutex<Option<ChangelogStorage>>,
+    availability: dstl::Availability,
+    completions: Completions,
+}
+
+/// One Flink operator's writer and the Java buffers its appends are packed into.
+struct WriterHandle {
+    writer: Writer,
+    completions: Completions,
+    /// Key group per change (native-order `int`s), from the Java writer's direct buffer.
+    key_groups: (*mut u8, usize),
+    /// Length per change (native-order `int`s).
+    lengths: (*mut u8, usize),
+    /// The values, back to back.
+    data: (*mut u8, usize),
+}
+
+/// An error for Java: the exception class and its message.
+struct Thrown {
+    class: &'static str,
+    message: String,
+}
+
+impl Thrown {
+    fn io(message: impl Into<String>) -> Self {
+        Self {
+            class: "java/io/IOException",
+            message: message.into(),
+        }
+    }
+
+    fn argument(message: impl Into<String>) -> Self {
+        Self {
+            class: "java/lang/IllegalArgumentException",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Thrown {
+    /// Flink's writer throws `IllegalStateException` for calls on a closed writer,
+    /// `IllegalArgumentException` for bad sequence numbers and arguments, and
+    /// `IOException` for failed uploads; dstl's errors map onto the same classes.
+    fn from(error: Error) -> Self {
+        let class = match &error {
+            Error::Writer { source, .. } => match source {
+                WriterError::Closed(_) => "java/lang/IllegalStateException",
+                WriterError::Truncated(_)
+                | WriterError::NotYetAppended(_)
+                | WriterError::InvalidRange(_)
+                | WriterError::InvalidArgument(_) => "java/lang/IllegalArgumentException",
+                _ => "java/io/IOException",
+            },
+            Error::InvalidArgument(_) | Error::Config(_) => "java/lang/IllegalArgumentException",
+            _ => "java/io/IOException",
+        };
+        Self {
+            class,
+            message: format!("dstl: {}", chain(&error)),
+        }
+    }
+}
+
+/// An error and its causes, each once.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Runs one entry point's body: an `Err` or a panic becomes a pending Java exception and
+/// the call returns `fallback`.
+fn entry<R>(
+    env: *mut JNIEnv,
+    what: impl FnOnce() -> String,
+    fallback: R,
+    body: impl FnOnce(Env) -> Result<R, Thrown>,
+) -> R {
+    let env = Env(env);
+    match catch_unwind(AssertUnwindSafe(|| body(env))) {
+        Ok(Ok(value)) => value,
+        Ok(Err(thrown)) => {
+            env.throw(thrown.class, &thrown.message);
+            fallback
+        }
+        Err(panic) => {
+            let cause = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            env.throw(
+                "java/io/IOException",
+                &format!("dstl: internal error in {}: {cause}", what()),
+            );
+            fallback
+        }
+    }
+}
+
+/// The storage behind a handle from `openStorage`.
+///
+/// # Safety
+/// `handle` came from `openStorage` and was not freed yet.
+unsafe fn storage<'a>(handle: jlong) -> &'a StorageHandle {
+    unsafe { &*(handle as *const StorageHandle) }
+}
+
+/// The writer behind a handle from `createWriter`.
+///
+/// # Safety
+/// `handle` came from `createWriter` and was not freed yet.
+unsafe fn writer<'a>(handle: jlong) -> &'a WriterHandle {
+    unsafe { &*(handle as *const WriterHandle) }
+}
+
+fn writer_name(handle: jlong) -> String {
+    // SAFETY: only called from entry points given a live writer handle.
+    let name = unsafe { writer(handle) }.writer.name().to_string();
+    format!("writer {name}")
+}
+
+/// `long openStorage(byte[] settings)`: opens a storage from `key\0value\0` pairs (the
+/// configuration keys the Java side collected; an unknown key fails with its name).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_openStorage(
+    env: *mut JNIEnv,
+    _class: jclass,
+    settings: jbyteArray,
+) -> jlong {
+    entry(
+        env,
+        || "openStorage".into(),
+        0,
+        |env| {
+            let bytes = env.bytes(settings);
+            let text = String::from_utf8(bytes)
+                .map_err(|_| Thrown::argument("dstl: the configuration is not UTF-8"))?;
+            let mut parts = text.split('\0');
+            let mut config = Config::default();
+            while let (Some(key), Some(value)) = (parts.next(), parts.next()) {
+                config
+                    .set(key, value)
+                    .map_err(|e| Thrown::argument(format!("dstl: {}", chain(&e))))?;
+            }
+            let storage = ChangelogStorage::open(config)?;
+            let availability = storage.availability();
+            let completions = Completions::start().map_err(|e| {
+                Thrown::io(format!("dstl: cannot start the completion thread: {e}"))
+            })?;
+            let handle = Box::new(StorageHandle {
+                storage: Mutex::new(Some(storage)),
+                availability,
+                completions,
+            });
+            Ok(Box::into_raw(handle) as jlong)
+        },
+    )
+}
+
+/// `void closeStorage(long storage)`: closes the storage (uploads still running get
+/// their grace, see `ChangelogStorage::close`) and ends `nextCompletion`'s wait once the
+/// persists still pending have completed. The handle stays valid for `freeStorage`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_closeStorage(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) {
+    entry(
+        env,
+        || "closeStorage".into(),
+        (),
+        |_| {
+            // SAFETY: the Java storage passes its live handle.
+            let storage = unsafe { storage(handle) };
+            let taken = storage
+                .storage
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(open) = taken {
+                open.close();
+            }
+            storage.completions.close();
+            Ok(())
+        },
+    )
+}
+
+/// `void freeStorage(long storage)`: frees a closed storage's handle, after the Java
+/// completion thread has left `nextCompletion`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_freeStorage(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) {
+    entry(
+        env,
+        || "freeStorage".into(),
+        (),
+        |_| {
+            if handle != 0 {
+                // SAFETY: the handle came from `openStorage` and is freed once.
+                drop(unsafe { Box::from_raw(handle as *mut StorageHandle) });
+            }
+            Ok(())
+        },
+    )
+}
+
+/// `byte[] nextCompletion(long storage)`: blocks until a persist completes and returns
+/// its outcome (the format `Completion.java` reads), or null once the storage is closed
+/// and every pending persist has been delivered.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_nextCompletion(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jbyteArray {
+    entry(
+        env,
+        || "nextCompletion".into(),
+        std::ptr::null_mut(),
+        |env| {
+            // SAFETY: the completion thread holds the handle until it returns null.
+            let storage = unsafe { storage(handle) };
+            Ok(match storage.completions.next() {
+                Some(bytes) => env.new_bytes(&bytes),
+                None => std::ptr::null_mut(),
+            })
+        },
+    )
+}
+
+/// `boolean awaitAvailable(long storage, long timeoutMs)`: whether uploads are accepted
+/// without blocking, after waiting up to `timeoutMs` for that.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_awaitAvailable(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    timeout_ms: jlong,
+) -> jboolean {
+    entry(
+        env,
+        || "awaitAvailable".into(),
+        true,
+        |_| {
+            // SAFETY: live handle.
+            let storage = unsafe { storage(handle) };
+            let mut availability = storage.availability.clone();
+            if availability.is_available() || timeout_ms <= 0 {
+                return Ok(availability.is_available());
+            }
+            let timeout = Duration::from_millis(timeout_ms as u64);
+            Ok(storage
+                .completions
+                .block_on(tokio::time::timeout(timeout, availability.available()))
+                .is_ok())
+        },
+    )
+}
+
+/// `long[] metrics(long storage)`: the storage's upload metrics, in the order
+/// `DstlMetrics.java` reads them.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_metrics(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jlongArray {
+    entry(
+        env,
+        || "metrics".into(),
+        std::ptr::null_mut(),
+        |env| {
+            // SAFETY: live handle.
+            let storage = unsafe { storage(handle) };
+            let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(open) = guard.as_ref() else {
+                return Ok(std::ptr::null_mut());
+            };
+            let m = open.metrics();
+            let mut values = vec![
+                m.upload_requests as i64,
+                m.upload_failures as i64,
+                m.upload_queue_size as i64,
+                m.bytes_in_flight as i64,
+                m.uploaded_files as i64,
+                m.written_bytes as i64,
+            ];
+            for h in [
+                &m.upload_sizes,
+                &m.upload_latencies_nanos,
+                &m.attempts_per_upload,
+                &m.total_attempts_per_upload,
+                &m.upload_batch_sizes,
+            ] {
+                values.extend([
+                    h.count as i64,
+                    h.min as i64,
+                    h.max as i64,
+                    h.mean.round() as i64,
+                    h.p50 as i64,
+                    h.p99 as i64,
+                ]);
+            }
+            Ok(env.new_longs(&values))
+        },
+    )
+}
+
+/// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer keyGroups,
+/// ByteBuffer lengths, ByteBuffer data)`: a new sandboxed writer for key groups
+/// `[start, end]` whose packed appends come from the three direct buffers.
+#[allow(clippy::too_many_arguments)]
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    name: jbyteArray,
+    start: jint,
+    end: jint,
+    key_groups: jobject,
+    lengths: jobject,
+    data: jobject,
+) -> jlong {
+    entry(
+        env,
+        || "createWriter".into(),
+        0,
+        |env| {
+            // SAFETY: live handle.
+            let storage = unsafe { storage(handle) };
+            let name = String::from_utf8_lossy(&env.bytes(name)).into_owned();
+            let direct = |buffer| {
+                env.direct_buffer(buffer).ok_or_else(|| {
+                    Thrown::argument(format!(
+                        "dstl: writer {name}: the append buffers must be direct ByteBuffers"
+                    ))
+                })
+            };
+            let (key_groups, lengths, data) =
+                (direct(key_groups)?, direct(lengths)?, direct(data)?);
+            let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
+            let open = guard.as_ref().ok_or_else(|| {
+                Thrown::from(Error::InvalidArgument(format!(
+                    "cannot create writer {name}: the storage is closed"
+                )))
+            })?;
+            let writer = open.create_writer(&name, KeyGroupRange { start, end })?;
+            drop(guard);
+            Ok(Box::into_raw(Box::new(WriterHandle {
+                writer,
+                completions: storage.completions.clone(),
+                key_groups,
+                lengths,
+                data,
+            })) as jlong)
+        },
+    )
+}
+
+/// `void appendBatch(long writer, int count, int bytes)`: hands the first `count`
+/// changes packed in the writer's buffers (`bytes` bytes of values) to the writer.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_appendBatch(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    count: jint,
+    bytes: jint,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: live handle, used by its writer's task thread only.
+            let w = unsafe { writer(handle) };
+            let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
+            if count * 4 > w.key_groups.1.min(w.lengths.1) || bytes > w.data.1 {
+                return Err(Thrown::argument(format!(
+                    "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
+                    w.writer.name()
+                )));
+            }
+            // SAFETY: the Java writer owns these direct buffers for the writer's lifetime,
+            // does not touch them during this call, and allocated them aligned (direct
+            // buffers are page-aligned); the lengths were checked against their capacities.
+            let (key_groups, lengths, data) = unsafe {
+                (
+                    std::slice::from_raw_parts(w.key_groups.0 as *const i32, count),
+                    std::slice::from_raw_parts(w.lengths.0 as *const u32, count),
+                    std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
+                )
+            };
+            w.writer.append_batch(key_groups, lengths, data)?;
+            Ok(())
+        },
+    )
+}
+
+/// `void append(long writer, int keyGroup, byte[] value)`: one change too large for the
+/// buffers (`keyGroup` -1: metadata).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_append(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    key_group: jint,
+    value: jbyteArray,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |env| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            env.with_bytes(value, |value| {
+                w.writer
+                    .append_batch(&[key_group], &[value.len() as u32], value)
+            })?;
+            Ok(())
+        },
+    )
+}
+
+/// `long nextSequenceNumber(long writer)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_nextSequenceNumber(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jlong {
+    entry(
+        env,
+        || writer_name(handle),
+        -1,
+        |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(w.writer.next_sequence_number()? as jlong)
+        },
+    )
+}
+
+/// `void persist(long writer, long from, long checkpoint, long request)`: starts a
+/// persist; its outcome is delivered by `nextCompletion` under `request`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_persist(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    from: jlong,
+    checkpoint: jlong,
+    request: jlong,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            let future = w.writer.persist(sequence(from)?, checkpoint)?;
+            w.completions.deliver(request, future);
+            Ok(())
+        },
+    )
+}
+
+fn sequence(value: jlong) -> Result<u64, Thrown> {
+    u64::try_from(value)
+        .map_err(|_| Thrown::argument(format!("dstl: sequence number {value} is negative")))
+}
+
+/// `void truncate(long writer, long to)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_truncate(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    to: jlong,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: live handle.
+            Ok(unsafe { writer(handle) }.writer.truncate(sequence(to)?)?)
+        },
+    )
+}
+
+/// `void confirm(long writer, long from, long to, long checkpoint)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_confirm(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    from: jlong,
+    to: jlong,
+    checkpoint: jlong,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(w.writer
+                .confirm(sequence(from)?, sequence(to)?, checkpoint)?)
+        },
+    )
+}
+
+/// `void reset(long writer, long from, long to, long checkpoint)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_reset(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    from: jlong,
+    to: jlong,
+    checkpoint: jlong,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(w.writer.reset(sequence(from)?, sequence(to)?, checkpoint)?)
+        },
+    )
+}
+
+/// `void truncateAndClose(long writer, long from)`: releases change sets from `from` on,
+/// closes the writer and frees its handle (its sandbox goes back to the pool), even when
+/// the close itself failed.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_truncateAndClose(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    from: jlong,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: the handle came from `createWriter`; the Java writer frees it once.
+            let w = unsafe { Box::from_raw(handle as *mut WriterHandle) };
+            Ok(w.writer.truncate_and_close(sequence(from)?)?)
+        },
+    )
+}
+
+/// `void closeWriter(long writer)`: closes the writer and frees its handle.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_closeWriter(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) {
+    entry(
+        env,
+        || writer_name(handle),
+        (),
+        |_| {
+            // SAFETY: as in `truncateAndClose`.
+            let w = unsafe { Box::from_raw(handle as *mut WriterHandle) };
+            Ok(w.writer.close()?)
+        },
+    )
+}
+
+/// `String failure(long writer)` as UTF-8: why the writer's sandbox trapped, or null.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_failure(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jbyteArray {
+    entry(
+        env,
+        || writer_name(handle),
+        std::ptr::null_mut(),
+        |env| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(match w.writer.failure() {
+                Some(cause) => env.new_bytes(cause.as_bytes()),
+                None => std::ptr::null_mut(),
+            })
+        },
+    )
+}

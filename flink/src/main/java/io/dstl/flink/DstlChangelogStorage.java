@@ -1,0 +1,351 @@
+package io.dstl.flink;
+
+import java.io.File;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.operators.MailboxExecutor;
+import org.apache.flink.changelog.fs.FsStateChangelogStorageFactory;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.core.fs.Path;
+import org.apache.flink.runtime.io.AvailabilityProvider;
+import org.apache.flink.runtime.metrics.groups.TaskManagerJobMetricGroup;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.LocalRecoveryConfig;
+import org.apache.flink.runtime.state.LocalSnapshotDirectoryProvider;
+import org.apache.flink.runtime.state.SnapshotResult;
+import org.apache.flink.runtime.state.changelog.ChangelogStateHandleStreamImpl;
+import org.apache.flink.runtime.state.changelog.StateChangelogHandleReader;
+import org.apache.flink.runtime.state.changelog.StateChangelogStorage;
+import org.apache.flink.runtime.state.changelog.StateChangelogStorageView;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One job's changelog storage on one TaskManager: every writer of the job on this TaskManager
+ * is a sandboxed dstl writer of one native {@code ChangelogStorage}, so their uploads batch into
+ * shared files as Flink's own do.
+ *
+ * <p>Nothing starts before the first {@link #createWriter}: Flink creates a storage for every
+ * task of every job, changelog on or off. The first writer opens the native storage (the
+ * configuration is checked then: an unknown {@code state.changelog.dstl.*} key fails that
+ * writer with the key named), registers the metrics and starts one daemon thread that takes
+ * persist outcomes from the native side and completes their futures through the writers'
+ * mailboxes.
+ */
+final class DstlChangelogStorage implements StateChangelogStorage<ChangelogStateHandleStreamImpl> {
+    private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogStorage.class);
+
+    /** The prefix of every key dstl reads from Flink's configuration. */
+    static final String PREFIX = "state.changelog.dstl.";
+
+    private static final String BASE_PATH = PREFIX + "dfs.base-path";
+
+    private final JobID jobId;
+    private final Configuration configuration;
+    private final TaskManagerJobMetricGroup metricGroup;
+    private final LocalRecoveryConfig localRecovery;
+
+    /** The native storage; 0 until the first writer, and again once closed. */
+    private long handle;
+
+    private boolean closed;
+    private Thread completionThread;
+    private Availability availability;
+    private DstlMetrics metrics;
+    /** Bytes of open changes at which a writer persists pre-emptively. */
+    private long preemptiveThreshold;
+    private StateChangelogStorageView<ChangelogStateHandleStreamImpl> view;
+
+    /** Persists whose outcome has not arrived yet, by request id. */
+    private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
+
+    private final AtomicLong nextRequest = new AtomicLong();
+
+    /** Open writers, freed at close if their task did not close them. */
+    private final List<DstlChangelogWriter> writers = new ArrayList<>();
+
+    DstlChangelogStorage(
+            JobID jobId,
+            Configuration configuration,
+            TaskManagerJobMetricGroup metricGroup,
+            LocalRecoveryConfig localRecovery) {
+        this.jobId = jobId;
+        this.configuration = configuration;
+        this.metricGroup = metricGroup;
+        this.localRecovery = localRecovery;
+    }
+
+    @Override
+    public DstlChangelogWriter createWriter(
+            String operatorId, KeyGroupRange keyGroupRange, MailboxExecutor mailboxExecutor) {
+        try {
+            return newWriter(operatorId, keyGroupRange, mailboxExecutor);
+        } catch (IOException e) {
+            // Flink's signature allows no IOException: the task fails with this one as cause.
+            throw new UncheckedIOException(e.getMessage(), e);
+        }
+    }
+
+    private DstlChangelogWriter newWriter(
+            String operatorId, KeyGroupRange keyGroupRange, MailboxExecutor mailboxExecutor)
+            throws IOException {
+        long storage = open();
+        // Subtasks of one operator share its id; the key groups tell them apart.
+        String name =
+                operatorId
+                        + "/"
+                        + keyGroupRange.getStartKeyGroup()
+                        + "-"
+                        + keyGroupRange.getEndKeyGroup();
+        DstlChangelogWriter writer =
+                new DstlChangelogWriter(
+                        this, storage, name, keyGroupRange, mailboxExecutor, preemptiveThreshold);
+        synchronized (this) {
+            if (closed) {
+                writer.free();
+                throw new IllegalStateException("dstl: the changelog storage of job " + jobId + " is closed");
+            }
+            writers.add(writer);
+        }
+        return writer;
+    }
+
+    @Override
+    public StateChangelogHandleReader<ChangelogStateHandleStreamImpl> createReader() {
+        synchronized (this) {
+            if (view == null) {
+                @SuppressWarnings("unchecked")
+                StateChangelogStorageView<ChangelogStateHandleStreamImpl> fs =
+                        (StateChangelogStorageView<ChangelogStateHandleStreamImpl>)
+                                new FsStateChangelogStorageFactory().createStorageView(configuration);
+                view = fs;
+            }
+            return view.createReader();
+        }
+    }
+
+    @Override
+    public AvailabilityProvider getAvailabilityProvider() {
+        synchronized (this) {
+            return availability != null ? availability : () -> AvailabilityProvider.AVAILABLE;
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        List<DstlChangelogWriter> open;
+        long storage;
+        StateChangelogStorageView<?> reader;
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            open = new ArrayList<>(writers);
+            writers.clear();
+            storage = handle;
+            reader = view;
+        }
+        for (DstlChangelogWriter writer : open) {
+            writer.free();
+        }
+        if (storage != 0) {
+            availability.close();
+            metrics.close();
+            Native.closeStorage(storage);
+            completionThread.join();
+            Native.freeStorage(storage);
+        }
+        for (Pending p : pending.values()) {
+            p.future.completeExceptionally(new IOException("dstl: the changelog storage was closed"));
+        }
+        pending.clear();
+        if (reader != null) {
+            reader.close();
+        }
+    }
+
+    synchronized void forget(DstlChangelogWriter writer) {
+        writers.remove(writer);
+    }
+
+    /** Registers a persist's future under a new request id. */
+    long expect(
+            CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future,
+            MailboxExecutor mailbox,
+            KeyGroupRange range,
+            String writer) {
+        long request = nextRequest.incrementAndGet();
+        pending.put(request, new Pending(future, mailbox, range, writer));
+        return request;
+    }
+
+    void cancel(long request) {
+        pending.remove(request);
+    }
+
+    /** Opens the native storage on first use and returns its handle. */
+    private synchronized long open() throws IOException {
+        if (closed) {
+            throw new IllegalStateException("dstl: the changelog storage of job " + jobId + " is closed");
+        }
+        if (handle != 0) {
+            return handle;
+        }
+        Native.load();
+        Map<String, String> settings = settings();
+        StringBuilder packed = new StringBuilder();
+        for (Map.Entry<String, String> e : settings.entrySet()) {
+            packed.append(e.getKey()).append('\0').append(e.getValue()).append('\0');
+        }
+        long storage = Native.openStorage(packed.toString().getBytes(StandardCharsets.UTF_8));
+        handle = storage;
+        availability = new Availability(storage);
+        metrics = DstlMetrics.register(metricGroup, storage);
+        preemptiveThreshold = threshold(settings.get(PREFIX + "dfs.preemptive-persist-threshold"));
+        completionThread = new Thread(() -> deliverCompletions(storage), "dstl-completions-" + jobId);
+        // A daemon: it never keeps a TaskManager (or a test JVM) alive.
+        completionThread.setDaemon(true);
+        completionThread.start();
+        LOG.info("dstl changelog storage for job {} opened with {}", jobId, settings);
+        return storage;
+    }
+
+    /**
+     * dstl's settings from Flink's configuration: every {@code state.changelog.dstl.*} key as
+     * given (Flink's {@code dfs.*} keys and dstl's own), the job id, local recovery as Flink
+     * configured it for this TaskManager, and the engine settings an embedding in a JVM needs.
+     */
+    private Map<String, String> settings() throws IOException {
+        Map<String, String> settings = new LinkedHashMap<>();
+        for (Map.Entry<String, String> e : configuration.toMap().entrySet()) {
+            if (e.getKey().startsWith(PREFIX)) {
+                settings.put(e.getKey(), e.getValue());
+            }
+        }
+        String base = settings.get(BASE_PATH);
+        if (base == null || base.isBlank()) {
+            throw new IOException("dstl: " + BASE_PATH + " is not set: say where the changelog files go");
+        }
+        settings.put(BASE_PATH, nativeBase(base));
+        settings.put("dstl.job-id", jobId.toHexString());
+        // The JVM's own SIGSEGV handler (null checks, safepoints) must stay in front; with
+        // explicit bounds checks wasmtime installs none (measured: no cost to appends).
+        settings.putIfAbsent(PREFIX + "writer.signals-based-traps", "false");
+        // One instance pool per TaskManager, however many jobs run on it.
+        settings.putIfAbsent(PREFIX + "writer.engine", "process");
+        if (localRecovery.isLocalBackupEnabled()) {
+            Optional<LocalSnapshotDirectoryProvider> dirs = localRecovery.getLocalStateDirectoryProvider();
+            if (dirs.isPresent()) {
+                // The directory Flink's own storage uses: <allocation dir>/jid_<job>/taskowned.
+                int count = dirs.get().allocationBaseDirsCount();
+                File dir = dirs.get().selectAllocationBaseDirectory((jobId.hashCode() & 0x7fffffff) % count);
+                settings.put("dstl.local-recovery.enabled", "true");
+                settings.put("dstl.local-recovery.dir", dir.getAbsolutePath());
+            }
+        }
+        return settings;
+    }
+
+    /**
+     * The pre-emptive threshold in bytes (Flink's default, 5 MiB, when unset). A value Flink's
+     * syntax does not parse falls back to the default here; the native side has already
+     * checked it in its own syntax, which is the one that decides.
+     */
+    private static long threshold(String value) {
+        long fallback = 5L << 20;
+        if (value == null) {
+            return fallback;
+        }
+        try {
+            return MemorySize.parseBytes(value);
+        } catch (IllegalArgumentException e) {
+            return fallback;
+        }
+    }
+
+    /** A local base path as a plain absolute path (dstl's form); object stores as given. */
+    private static String nativeBase(String base) {
+        Path path = new Path(base);
+        String scheme = path.toUri().getScheme();
+        if (scheme == null || scheme.equals("file")) {
+            return new File(path.toUri().getPath()).getAbsolutePath();
+        }
+        return base;
+    }
+
+    /** Whether local handles go into snapshots (Flink's switch for the writer side). */
+    boolean localRecoveryEnabled() {
+        return localRecovery.isLocalRecoveryEnabled();
+    }
+
+    private void deliverCompletions(long storage) {
+        while (true) {
+            byte[] bytes = Native.nextCompletion(storage);
+            if (bytes == null) {
+                return;
+            }
+            try {
+                Completion completion = Completion.decode(bytes);
+                Pending p = pending.remove(completion.request);
+                if (p == null) {
+                    continue;
+                }
+                complete(p, completion);
+            } catch (Throwable t) {
+                LOG.error("dstl: cannot deliver a persist outcome", t);
+            }
+        }
+    }
+
+    private void complete(Pending p, Completion completion) {
+        Runnable finish;
+        if (completion.failure != null) {
+            IOException error = new IOException(completion.failure);
+            finish = () -> p.future.completeExceptionally(error);
+        } else {
+            SnapshotResult<ChangelogStateHandleStreamImpl> result =
+                    completion.snapshot(p.range, localRecoveryEnabled());
+            finish = () -> p.future.complete(result);
+        }
+        try {
+            // As Flink's writer: futures complete on the task thread, between records.
+            p.mailbox.execute(finish::run, "dstl persist of %s completed", p.writer);
+        } catch (RejectedExecutionException e) {
+            // The task is shutting down and takes no more mail: complete here instead.
+            finish.run();
+        }
+    }
+
+    /** A persist waiting for its outcome. */
+    private static final class Pending {
+        final CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future;
+        final MailboxExecutor mailbox;
+        final KeyGroupRange range;
+        final String writer;
+
+        Pending(
+                CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future,
+                MailboxExecutor mailbox,
+                KeyGroupRange range,
+                String writer) {
+            this.future = future;
+            this.mailbox = mailbox;
+            this.range = range;
+            this.writer = writer;
+        }
+    }
+}

@@ -1,0 +1,305 @@
+package io.dstl.flink;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+
+import org.apache.flink.api.common.operators.MailboxExecutor;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.SnapshotResult;
+import org.apache.flink.runtime.state.changelog.ChangelogStateHandleStreamImpl;
+import org.apache.flink.runtime.state.changelog.SequenceNumber;
+import org.apache.flink.runtime.state.changelog.StateChangelogWriter;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One Flink operator's changelog writer: a sandboxed dstl writer (its own component instance)
+ * behind JNI, with Flink's writer semantics.
+ *
+ * <p>Appends are packed into three direct buffers (key groups, lengths, values) and cross JNI
+ * as one batch: when the buffers fill, before any other call of this writer (so the writer
+ * sees every operation in order), and when the open change set reaches the pre-emptive
+ * persist threshold (so pre-emptive uploads start when Flink's would). A change too large for
+ * the buffers goes across on its own. Flink calls a writer from its task thread only; the
+ * native calls are synchronized all the same, so the storage can free a writer its task
+ * never closed.
+ */
+final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHandleStreamImpl> {
+    private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogWriter.class);
+
+    /** Changes per batch. */
+    static final int MAX_CHANGES = 4096;
+    /** Value bytes per batch; with the two int columns, the off-heap buffers of one writer. */
+    static final int DATA_CAPACITY = 128 << 10;
+    /** Values at least this large skip the buffers. */
+    private static final int DIRECT_APPEND = 16 << 10;
+
+    private static final int META = -1;
+
+    private final DstlChangelogStorage storage;
+    private final String name;
+    private final KeyGroupRange range;
+    private final MailboxExecutor mailbox;
+    private final long preemptiveThreshold;
+
+    private final ByteBuffer keyGroups;
+    private final ByteBuffer lengths;
+    private final ByteBuffer data;
+    private int count;
+    private int bytes;
+    /** Value bytes appended since the open change set began, as the guest counts them. */
+    private long openBytes;
+
+    /** The native writer; 0 once closed (and freed). */
+    private long handle;
+    private boolean closed;
+
+    DstlChangelogWriter(
+            DstlChangelogStorage storage,
+            long nativeStorage,
+            String name,
+            KeyGroupRange range,
+            MailboxExecutor mailbox,
+            long preemptiveThreshold)
+            throws IOException {
+        this.storage = storage;
+        this.name = name;
+        this.range = range;
+        this.mailbox = mailbox;
+        this.preemptiveThreshold = preemptiveThreshold;
+        // Native order: the native side reads the int columns in place.
+        this.keyGroups = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
+        this.lengths = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
+        this.data = ByteBuffer.allocateDirect(DATA_CAPACITY);
+        this.handle =
+                Native.createWriter(
+                        nativeStorage,
+                        name.getBytes(StandardCharsets.UTF_8),
+                        range.getStartKeyGroup(),
+                        range.getEndKeyGroup(),
+                        keyGroups,
+                        lengths,
+                        data);
+    }
+
+    @Override
+    public SequenceNumber initialSequenceNumber() {
+        return SequenceNumber.of(0);
+    }
+
+    @Override
+    public SequenceNumber nextSequenceNumber() {
+        synchronized (this) {
+            try {
+                flush();
+                long next = Native.nextSequenceNumber(open("nextSequenceNumber"));
+                openBytes = 0;
+                return SequenceNumber.of(next);
+            } catch (IOException e) {
+                // Flink's signature has no IOException here; the cause names the writer.
+                throw new IllegalStateException(e.getMessage(), e);
+            }
+        }
+    }
+
+    @Override
+    public void appendMeta(byte[] value) throws IOException {
+        add(META, value);
+    }
+
+    @Override
+    public void append(int keyGroup, byte[] value) throws IOException {
+        if (keyGroup < 0) {
+            throw new IllegalArgumentException(
+                    "dstl: writer " + name + ": key group " + keyGroup + " is negative");
+        }
+        add(keyGroup, value);
+    }
+
+    private void add(int keyGroup, byte[] value) throws IOException {
+        if (closed) {
+            // As Flink's writer: a change after close is dropped with a warning.
+            LOG.warn("dstl: writer {} is closed; a change for key group {} is ignored", name, keyGroup);
+            return;
+        }
+        int length = value.length;
+        if (length >= DIRECT_APPEND) {
+            synchronized (this) {
+                flush();
+                Native.append(open("append"), keyGroup, value);
+            }
+        } else {
+            if (count == MAX_CHANGES || bytes + length > DATA_CAPACITY) {
+                flush();
+            }
+            int slot = count * 4;
+            keyGroups.putInt(slot, keyGroup);
+            lengths.putInt(slot, length);
+            data.put(bytes, value);
+            count++;
+            bytes += length;
+        }
+        openBytes += length;
+        if (openBytes >= preemptiveThreshold) {
+            // The guest persists the open change set pre-emptively as this batch arrives.
+            flush();
+            openBytes = 0;
+        }
+    }
+
+    /** Hands the packed changes to the native writer. */
+    private synchronized void flush() throws IOException {
+        if (count == 0) {
+            return;
+        }
+        int n = count;
+        int b = bytes;
+        count = 0;
+        bytes = 0;
+        Native.appendBatch(open("append"), n, b);
+    }
+
+    @Override
+    public CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> persist(
+            SequenceNumber from, long checkpointId) throws IOException {
+        Objects.requireNonNull(from, "from");
+        synchronized (this) {
+            flush();
+            long writer = open("persist");
+            CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future =
+                    new CompletableFuture<>();
+            long request = storage.expect(future, mailbox, range, name);
+            try {
+                Native.persist(writer, number(from), checkpointId, request);
+            } catch (IOException | RuntimeException e) {
+                storage.cancel(request);
+                throw e;
+            }
+            openBytes = 0;
+            return future;
+        }
+    }
+
+    @Override
+    public void truncate(SequenceNumber to) {
+        synchronized (this) {
+            try {
+                flush();
+                Native.truncate(open("truncate"), number(to));
+            } catch (IOException e) {
+                throw new IllegalStateException(e.getMessage(), e);
+            }
+        }
+    }
+
+    @Override
+    public void confirm(SequenceNumber from, SequenceNumber to, long checkpointId) {
+        synchronized (this) {
+            if (handle == 0) {
+                return; // Closed: the files of returned snapshots stay tracked until the storage closes.
+            }
+            try {
+                flush();
+                Native.confirm(handle, number(from), number(to), checkpointId);
+            } catch (IOException e) {
+                throw new IllegalStateException(e.getMessage(), e);
+            }
+        }
+    }
+
+    @Override
+    public void reset(SequenceNumber from, SequenceNumber to, long checkpointId) {
+        synchronized (this) {
+            if (handle == 0) {
+                return;
+            }
+            try {
+                flush();
+                Native.reset(handle, number(from), number(to), checkpointId);
+            } catch (IOException e) {
+                throw new IllegalStateException(e.getMessage(), e);
+            }
+        }
+    }
+
+    @Override
+    public void truncateAndClose(SequenceNumber from) {
+        synchronized (this) {
+            long writer = closing("truncateAndClose");
+            try {
+                Native.truncateAndClose(writer, number(from));
+            } catch (IOException e) {
+                throw new IllegalStateException(e.getMessage(), e);
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        synchronized (this) {
+            long writer = closing("close");
+            try {
+                Native.closeWriter(writer);
+            } catch (IOException e) {
+                throw new IllegalStateException(e.getMessage(), e);
+            }
+        }
+    }
+
+    /**
+     * Marks the writer closed and gives up its handle (the native call that follows frees it).
+     * Buffered changes are dropped: they belong to the open change set, which a close releases.
+     */
+    private long closing(String operation) {
+        if (closed) {
+            throw new IllegalStateException("dstl: writer " + name + " is already closed (" + operation + ")");
+        }
+        closed = true;
+        count = 0;
+        bytes = 0;
+        long writer = handle;
+        handle = 0;
+        storage.forget(this);
+        return writer;
+    }
+
+    /** Frees the native writer of a task that never closed it (at storage close). */
+    synchronized void free() {
+        if (handle == 0) {
+            return;
+        }
+        closed = true;
+        long writer = handle;
+        handle = 0;
+        try {
+            Native.closeWriter(writer);
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("dstl: closing writer {} at storage close failed", name, e);
+        }
+    }
+
+    private long open(String operation) {
+        if (handle == 0) {
+            throw new IllegalStateException("dstl: writer " + name + " is closed (" + operation + ")");
+        }
+        return handle;
+    }
+
+    private long number(SequenceNumber sqn) {
+        Objects.requireNonNull(sqn, "sequence number");
+        if (sqn instanceof SequenceNumber.GenericSequenceNumber) {
+            return ((SequenceNumber.GenericSequenceNumber) sqn).number;
+        }
+        throw new IllegalArgumentException(
+                "dstl: writer " + name + ": unsupported sequence number " + sqn + " (" + sqn.getClass() + ")");
+    }
+
+    @Override
+    public String toString() {
+        return "DstlChangelogWriter{" + name + ", " + range + "}";
+    }
+}

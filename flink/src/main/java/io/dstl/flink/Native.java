@@ -1,0 +1,116 @@
+package io.dstl.flink;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+
+/**
+ * The JNI entry points of the native library ({@code flink/native}: the dstl host with its
+ * writer component compiled in). Handles are pointers owned by the Java object holding them;
+ * see {@code flink/native/src/lib.rs} for each call's contract.
+ *
+ * <p>The library is loaded once per class loader that loads this class: once per JVM on the
+ * classpath, once per TaskManager from {@code plugins/dstl/}. It is extracted from the jar to
+ * a temporary file first, because a JVM can only load a shared object from the file system.
+ * The system property {@code dstl.native.library} names a library file to load instead.
+ */
+final class Native {
+    private static final String RESOURCE = "/io/dstl/flink/native/linux-x86_64/libdstl_flink.so";
+
+    private static volatile Throwable loadFailure;
+    private static volatile boolean loaded;
+
+    private Native() {}
+
+    /** Loads the library on first use; later calls return at once (or rethrow its failure). */
+    static synchronized void load() throws IOException {
+        if (loaded) {
+            return;
+        }
+        if (loadFailure != null) {
+            throw new IOException("dstl: the native library failed to load earlier", loadFailure);
+        }
+        try {
+            String override = System.getProperty("dstl.native.library");
+            if (override != null) {
+                System.load(Path.of(override).toAbsolutePath().toString());
+            } else {
+                System.load(extract().toString());
+            }
+            loaded = true;
+        } catch (IOException | RuntimeException | UnsatisfiedLinkError e) {
+            loadFailure = e;
+            throw new IOException(
+                    "dstl: cannot load the native library "
+                            + RESOURCE
+                            + " (dstl's Flink plugin runs on linux-x86_64): "
+                            + e,
+                    e);
+        }
+    }
+
+    private static Path extract() throws IOException {
+        String os = System.getProperty("os.name", "").toLowerCase();
+        String arch = System.getProperty("os.arch", "");
+        if (!os.contains("linux") || !(arch.equals("amd64") || arch.equals("x86_64"))) {
+            throw new IOException(
+                    "dstl: no native library for " + os + "/" + arch + "; the jar carries linux-x86_64");
+        }
+        try (InputStream in = Native.class.getResourceAsStream(RESOURCE)) {
+            if (in == null) {
+                throw new IOException("dstl: the jar holds no " + RESOURCE + "; build it with flink/build.sh");
+            }
+            Path file = Files.createTempFile("libdstl_flink", ".so");
+            // The file is mapped once loaded; removing it at exit keeps /tmp clean.
+            file.toFile().deleteOnExit();
+            Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
+            return file;
+        }
+    }
+
+    static native long openStorage(byte[] settings) throws IOException;
+
+    static native void closeStorage(long storage);
+
+    static native void freeStorage(long storage);
+
+    static native byte[] nextCompletion(long storage);
+
+    static native boolean awaitAvailable(long storage, long timeoutMs);
+
+    static native long[] metrics(long storage);
+
+    static native long createWriter(
+            long storage,
+            byte[] name,
+            int start,
+            int end,
+            ByteBuffer keyGroups,
+            ByteBuffer lengths,
+            ByteBuffer data)
+            throws IOException;
+
+    static native void appendBatch(long writer, int count, int bytes) throws IOException;
+
+    static native void append(long writer, int keyGroup, byte[] value) throws IOException;
+
+    static native long nextSequenceNumber(long writer) throws IOException;
+
+    static native void persist(long writer, long from, long checkpoint, long request)
+            throws IOException;
+
+    static native void truncate(long writer, long to) throws IOException;
+
+    static native void confirm(long writer, long from, long to, long checkpoint) throws IOException;
+
+    static native void reset(long writer, long from, long to, long checkpoint) throws IOException;
+
+    static native void truncateAndClose(long writer, long from) throws IOException;
+
+    static native void closeWriter(long writer) throws IOException;
+
+    static native byte[] failure(long writer);
+}
