@@ -38,7 +38,14 @@ final class Native {
             if (override != null) {
                 System.load(Path.of(override).toAbsolutePath().toString());
             } else {
-                System.load(extract().toString());
+                Path file = extract();
+                try {
+                    System.load(file.toString());
+                } finally {
+                    // Mapped once loaded: the file can go at once, so a process that is
+                    // killed (no shutdown hooks run) leaves nothing behind in the temp dir.
+                    Files.deleteIfExists(file);
+                }
             }
             loaded = true;
         } catch (IOException | RuntimeException | UnsatisfiedLinkError e) {
@@ -64,9 +71,12 @@ final class Native {
                 throw new IOException("dstl: the jar holds no " + RESOURCE + "; build it with flink/build.sh");
             }
             Path file = Files.createTempFile("libdstl_flink", ".so");
-            // The file is mapped once loaded; removing it at exit keeps /tmp clean.
-            file.toFile().deleteOnExit();
-            Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
+            try {
+                Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
+            } catch (IOException e) {
+                Files.deleteIfExists(file);
+                throw e;
+            }
             return file;
         }
     }
