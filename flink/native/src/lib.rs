@@ -592,9 +592,11 @@ pub extern "system" fn Java_io_dstl_flink_Native_truncateAndClose(
     handle: jlong,
     from: jlong,
 ) {
+    // Named before the body frees the handle: a panic unwinds past the free.
+    let name = writer_name(handle);
     entry(
         env,
-        || writer_name(handle),
+        || name,
         (),
         |_| {
             // SAFETY: the handle came from `createWriter`; the Java writer frees it once.
@@ -611,9 +613,11 @@ pub extern "system" fn Java_io_dstl_flink_Native_closeWriter(
     _class: jclass,
     handle: jlong,
 ) {
+    // Named before the body frees the handle: a panic unwinds past the free.
+    let name = writer_name(handle);
     entry(
         env,
-        || writer_name(handle),
+        || name,
         (),
         |_| {
             // SAFETY: as in `truncateAndClose`.

@@ -8,10 +8,16 @@ import org.apache.flink.runtime.io.AvailabilityProvider;
  * The storage's availability, driven by dstl's in-flight limit: while uploads in flight
  * reach {@code state.changelog.dstl.dfs.upload.max-in-flight}, the future is pending, and
  * Flink's task stops taking input until dstl's uploads drain below the limit (as with
- * Flink's own storage). The wait runs on a daemon thread started when it is first needed.
+ * Flink's own storage).
+ *
+ * <p>Flink asks often (between records), so the answer is a volatile read. Uploads are
+ * admitted only inside a writer's native calls, so the writers {@link #refresh} the flag after
+ * each call that may have scheduled one; the way back (uploads completing) is watched by a
+ * daemon thread started when first needed, which completes the pending future.
  */
 final class Availability implements AvailabilityProvider {
     private final long storage;
+    private volatile boolean available = true;
     private CompletableFuture<?> waiting;
     private Thread waiter;
     private boolean closed;
@@ -21,28 +27,49 @@ final class Availability implements AvailabilityProvider {
     }
 
     @Override
-    public synchronized CompletableFuture<?> getAvailableFuture() {
-        if (closed || Native.awaitAvailable(storage, 0)) {
+    public CompletableFuture<?> getAvailableFuture() {
+        if (available) {
             return AVAILABLE;
         }
-        if (waiting == null || waiting.isDone()) {
-            waiting = new CompletableFuture<>();
-            notifyAll();
+        synchronized (this) {
+            if (closed || available) {
+                return AVAILABLE;
+            }
+            if (waiting == null || waiting.isDone()) {
+                waiting = new CompletableFuture<>();
+                notifyAll();
+            }
+            if (waiter == null) {
+                waiter = new Thread(this::watch, "dstl-availability");
+                waiter.setDaemon(true);
+                waiter.start();
+            }
+            return waiting;
         }
-        if (waiter == null) {
-            waiter = new Thread(this::watch, "dstl-availability");
-            waiter.setDaemon(true);
-            waiter.start();
-        }
-        return waiting;
     }
 
-    /** Completes each pending future once uploads are accepted again. */
+    @Override
+    public boolean isAvailable() {
+        return available;
+    }
+
+    /** After a writer's native call that may have admitted an upload. */
+    void refresh() {
+        if (!Native.awaitAvailable(storage, 0)) {
+            synchronized (this) {
+                if (!closed) {
+                    available = false;
+                    notifyAll();
+                }
+            }
+        }
+    }
+
+    /** Waits, while the flag is down, for uploads to be accepted again. */
     private void watch() {
         while (true) {
-            CompletableFuture<?> future;
             synchronized (this) {
-                while (!closed && (waiting == null || waiting.isDone())) {
+                while (!closed && available) {
                     try {
                         wait();
                     } catch (InterruptedException e) {
@@ -50,40 +77,48 @@ final class Availability implements AvailabilityProvider {
                     }
                 }
                 if (closed) {
-                    if (waiting != null) {
-                        waiting.complete(null);
-                    }
                     return;
                 }
-                future = waiting;
             }
             // Polls in slices so a close is noticed.
-            while (!Native.awaitAvailable(storage, 200)) {
+            boolean again = false;
+            while (!again) {
+                again = Native.awaitAvailable(storage, 200);
                 synchronized (this) {
                     if (closed) {
-                        break;
+                        return;
                     }
                 }
             }
-            future.complete(null);
+            CompletableFuture<?> future;
+            synchronized (this) {
+                available = true;
+                future = waiting;
+                waiting = null;
+            }
+            if (future != null) {
+                future.complete(null);
+            }
         }
     }
 
     /** Before the native storage is freed: nothing waits on it afterwards. */
     void close() throws InterruptedException {
         Thread thread;
+        CompletableFuture<?> future;
         synchronized (this) {
             closed = true;
+            available = true;
+            future = waiting;
+            waiting = null;
             notifyAll();
             thread = waiter;
+        }
+        if (future != null) {
+            future.complete(null);
         }
         if (thread != null) {
             thread.join();
         }
-    }
-
-    @Override
-    public synchronized boolean isAvailable() {
-        return closed || Native.awaitAvailable(storage, 0);
     }
 }

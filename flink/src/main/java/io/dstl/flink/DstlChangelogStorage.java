@@ -63,7 +63,27 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
 
     private boolean closed;
     private Thread completionThread;
-    private Availability availability;
+    /** Set once the native storage is open. */
+    private volatile Availability availability;
+
+    /**
+     * What Flink gets, possibly before the first writer and kept: available until the native
+     * storage exists, then the native storage's availability.
+     */
+    private final AvailabilityProvider availabilityProvider =
+            new AvailabilityProvider() {
+                @Override
+                public CompletableFuture<?> getAvailableFuture() {
+                    Availability a = availability;
+                    return a == null ? AVAILABLE : a.getAvailableFuture();
+                }
+
+                @Override
+                public boolean isAvailable() {
+                    Availability a = availability;
+                    return a == null || a.isAvailable();
+                }
+            };
     private DstlMetrics metrics;
     /** Bytes of open changes at which a writer persists pre-emptively. */
     private long preemptiveThreshold;
@@ -112,7 +132,13 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
                         + keyGroupRange.getEndKeyGroup();
         DstlChangelogWriter writer =
                 new DstlChangelogWriter(
-                        this, storage, name, keyGroupRange, mailboxExecutor, preemptiveThreshold);
+                        this,
+                        storage,
+                        name,
+                        keyGroupRange,
+                        mailboxExecutor,
+                        preemptiveThreshold,
+                        availability);
         synchronized (this) {
             if (closed) {
                 writer.free();
@@ -139,9 +165,7 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
 
     @Override
     public AvailabilityProvider getAvailabilityProvider() {
-        synchronized (this) {
-            return availability != null ? availability : () -> AvailabilityProvider.AVAILABLE;
-        }
+        return availabilityProvider;
     }
 
     @Override

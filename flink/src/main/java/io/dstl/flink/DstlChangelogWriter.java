@@ -45,6 +45,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     private final KeyGroupRange range;
     private final MailboxExecutor mailbox;
     private final long preemptiveThreshold;
+    private final Availability availability;
 
     private final ByteBuffer keyGroups;
     private final ByteBuffer lengths;
@@ -64,8 +65,10 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             String name,
             KeyGroupRange range,
             MailboxExecutor mailbox,
-            long preemptiveThreshold)
+            long preemptiveThreshold,
+            Availability availability)
             throws IOException {
+        this.availability = availability;
         this.storage = storage;
         this.name = name;
         this.range = range;
@@ -131,6 +134,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             synchronized (this) {
                 flush();
                 Native.append(open("append"), keyGroup, value);
+                availability.refresh();
             }
         } else {
             if (count == MAX_CHANGES || bytes + length > DATA_CAPACITY) {
@@ -161,6 +165,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         count = 0;
         bytes = 0;
         Native.appendBatch(open("append"), n, b);
+        availability.refresh();
     }
 
     @Override
@@ -179,6 +184,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
                 storage.cancel(request);
                 throw e;
             }
+            availability.refresh();
             openBytes = 0;
             return future;
         }
