@@ -40,7 +40,8 @@ rm -rf "$classes"
 mkdir -p "$classes"
 javac -encoding UTF-8 -Xlint:all -Xlint:-serial -Xlint:-processing -d "$classes" \
   -cp "$cp:$junit:$plugin" flink/src/test/java/io/dstl/flink/it/*.java
-cp flink/src/test/resources/* "$classes"/
+# Recursively: META-INF/services registers the tests' metric reporter factory.
+cp -R flink/src/test/resources/. "$classes"/
 
 # What Flink's scripts pass to a Java 17 JVM (env.java.opts.all in Flink's default config.yaml).
 opens=(

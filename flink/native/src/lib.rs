@@ -296,7 +296,8 @@ pub extern "system" fn Java_io_dstl_flink_Native_awaitAvailable(
             let timeout = Duration::from_millis(timeout_ms as u64);
             Ok(storage
                 .completions
-                .block_on(tokio::time::timeout(timeout, availability.available()))
+                // The timer is created inside the runtime: it needs its time driver.
+                .block_on(async { tokio::time::timeout(timeout, availability.available()).await })
                 .is_ok())
         },
     )

@@ -3,6 +3,8 @@ package io.dstl.flink;
 import java.util.concurrent.CompletableFuture;
 
 import org.apache.flink.runtime.io.AvailabilityProvider;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The storage's availability, driven by dstl's in-flight limit: while uploads in flight
@@ -16,6 +18,8 @@ import org.apache.flink.runtime.io.AvailabilityProvider;
  * daemon thread started when first needed, which completes the pending future.
  */
 final class Availability implements AvailabilityProvider {
+    private static final Logger LOG = LoggerFactory.getLogger(Availability.class);
+
     private final long storage;
     private volatile boolean available = true;
     private CompletableFuture<?> waiting;
@@ -83,7 +87,14 @@ final class Availability implements AvailabilityProvider {
             // Polls in slices so a close is noticed.
             boolean again = false;
             while (!again) {
-                again = Native.awaitAvailable(storage, 200);
+                try {
+                    again = Native.awaitAvailable(storage, 200);
+                } catch (Exception e) { // the native side reports panics as IOException
+                    // Never leave the task waiting on a future nobody completes: report
+                    // available (uploads still block on the limit inside the writer calls).
+                    LOG.error("dstl: waiting for upload capacity failed; reporting available", e);
+                    again = true;
+                }
                 synchronized (this) {
                     if (closed) {
                         return;

@@ -138,6 +138,23 @@ final class LocalCluster implements AutoCloseable {
     }
 
     /**
+     * Cancels the job and waits until it is CANCELED; with the default retention its
+     * checkpoints are then discarded, not retained.
+     */
+    void cancel(JobID job) throws Exception {
+        cluster.cancelJob(job).get(30, TimeUnit.SECONDS);
+        JobResult result = awaitResult(job, Duration.ofSeconds(60));
+        if (result.getJobStatus().orElse(null) != JobStatus.CANCELED) {
+            throw new AssertionError("expected the job to be cancelled mid-way, but it ended as "
+                    + result.getJobStatus().orElse(null) + "\n" + describeFailures(job));
+        }
+    }
+
+    JobStatus status(JobID job) throws Exception {
+        return cluster.getJobStatus(job).get(30, TimeUnit.SECONDS);
+    }
+
+    /**
      * Records the vertices whose name contains {@code name} took in, over the current attempt
      * of every subtask (for a failed task: up to its failure).
      */
