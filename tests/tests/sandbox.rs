@@ -207,12 +207,17 @@ fn waiting_in_the_host_does_not_use_up_the_deadline() {
 fn panics_and_memory_growth_trap_with_their_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, component) = open(tmp.path(), &[]);
-    let h = hostile(&storage, &component, WriterOptions::default());
+    panics_and_memory_growth_trap(&storage, &component);
+}
+
+/// A guest panic and memory growth past a 4 MB cap, each in a writer of its own.
+fn panics_and_memory_growth_trap(storage: &ChangelogStorage, component: &WriterComponent) {
+    let h = hostile(storage, component, WriterOptions::default());
     let cause = expect_trap(command(&h, "panic on purpose"), TrapKind::GuestPanic, "");
     assert!(cause.contains("on purpose"), "the guest's message: {cause}");
     let h = hostile(
-        &storage,
-        &component,
+        storage,
+        component,
         WriterOptions {
             memory_limit: Some(4 << 20),
             ..Default::default()
@@ -231,21 +236,7 @@ fn panics_and_memory_growth_trap_with_their_kind() {
 fn without_signal_handlers_guest_faults_still_trap_with_their_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, component) = open(tmp.path(), &["dstl.writer.signals-based-traps=false"]);
-    let h = hostile(&storage, &component, WriterOptions::default());
-    expect_trap(command(&h, "panic on purpose"), TrapKind::GuestPanic, "");
-    let h = hostile(
-        &storage,
-        &component,
-        WriterOptions {
-            memory_limit: Some(4 << 20),
-            ..Default::default()
-        },
-    );
-    expect_trap(
-        command(&h, "grow 16000000"),
-        TrapKind::MemoryLimit,
-        "memory",
-    );
+    panics_and_memory_growth_trap(&storage, &component);
     // A healthy writer of the same storage works on.
     let (writer, snapshot) = returned_snapshot(&storage, b"after the traps");
     assert_eq!(snapshot.remote.entries.len(), 1);

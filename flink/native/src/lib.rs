@@ -548,17 +548,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_confirm(
     to: jlong,
     checkpoint: jlong,
 ) {
-    entry(
-        env,
-        || writer_name(handle),
-        (),
-        |_| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            Ok(w.writer
-                .confirm(sequence(from)?, sequence(to)?, checkpoint)?)
-        },
-    )
+    checkpoint_call(env, handle, [from, to, checkpoint], Writer::confirm)
 }
 
 /// `void reset(long writer, long from, long to, long checkpoint)`.
@@ -571,6 +561,16 @@ pub extern "system" fn Java_io_dstl_flink_Native_reset(
     to: jlong,
     checkpoint: jlong,
 ) {
+    checkpoint_call(env, handle, [from, to, checkpoint], Writer::reset)
+}
+
+/// A writer call about the checkpoint `checkpoint` holding `[from, to)`.
+fn checkpoint_call(
+    env: *mut JNIEnv,
+    handle: jlong,
+    [from, to, checkpoint]: [jlong; 3],
+    call: fn(&Writer, u64, u64, i64) -> Result<(), Error>,
+) {
     entry(
         env,
         || writer_name(handle),
@@ -578,7 +578,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_reset(
         |_| {
             // SAFETY: live handle.
             let w = unsafe { writer(handle) };
-            Ok(w.writer.reset(sequence(from)?, sequence(to)?, checkpoint)?)
+            Ok(call(&w.writer, sequence(from)?, sequence(to)?, checkpoint)?)
         },
     )
 }

@@ -348,8 +348,9 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         try {
             // As Flink's writer: futures complete on the task thread, between records.
             p.mailbox.execute(finish::run, "dstl persist of %s completed", p.writer);
-        } catch (RejectedExecutionException e) {
-            // The task is shutting down and takes no more mail: complete here instead.
+        } catch (RejectedExecutionException | IllegalStateException e) {
+            // The task is shutting down and takes no more mail (a closed mailbox): complete
+            // here instead, so no future is left pending.
             finish.run();
         }
     }
