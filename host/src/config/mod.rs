@@ -17,7 +17,10 @@ pub use syntax::{parse_duration, parse_memory};
 pub enum ConfigError {
     /// [`Config::set`] (and the files and pairs built on it) got a key dstl does not have
     /// (a typo, or a Flink key dstl does not implement).
-    #[error("unknown configuration key `{0}` (run `dstl config` to list the keys)")]
+    #[error(
+        "unknown configuration key `{0}` (the keys, also with the prefix `state.changelog.`: {known})",
+        known = KEYS.join(", ")
+    )]
     UnknownKey(String),
     /// A value that does not parse as the key's type, or lies outside its range;
     /// [`Config::validate`] also reports keys whose values contradict each other.
@@ -569,7 +572,10 @@ mod tests {
         let e = c.set("dstl.dfs.nope", "1").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown configuration key `dstl.dfs.nope` (run `dstl config` to list the keys)"
+            format!(
+                "unknown configuration key `dstl.dfs.nope` (the keys, also with the prefix `state.changelog.`: {})",
+                KEYS.join(", ")
+            )
         );
         let e = c.set("dstl.dfs.upload.timeout", "soon").unwrap_err();
         assert!(e.to_string().contains("`dstl.dfs.upload.timeout`"), "{e}");
