@@ -244,7 +244,7 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         // A daemon: it never keeps a TaskManager (or a test JVM) alive.
         completionThread.setDaemon(true);
         completionThread.start();
-        LOG.info("dstl changelog storage for job {} opened with {}", jobId, settings);
+        LOG.info("dstl changelog storage for job {} opened with {}", jobId, redacted(settings));
         return storage;
     }
 
@@ -282,6 +282,13 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
             }
         }
         return settings;
+    }
+
+    /** The settings for a log line: secrets (the S3 secret key) shown as set, not spelled. */
+    private static Map<String, String> redacted(Map<String, String> settings) {
+        Map<String, String> shown = new LinkedHashMap<>(settings);
+        shown.replaceAll((key, value) -> key.contains("secret") ? "(set)" : value);
+        return shown;
     }
 
     /**
