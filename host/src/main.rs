@@ -29,8 +29,22 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", once_each(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, joined by `: `, leaving out a cause whose text the message
+/// already holds (library errors often print their source themselves).
+fn once_each(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

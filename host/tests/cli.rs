@@ -732,6 +732,12 @@ fn read_errors_name_the_path() {
     let (stdout, stderr) = fails(tmp.path(), &["read", s(&missing)]);
     assert!(stderr.contains(s(&missing)), "{stderr}");
     assert!(stdout.is_empty());
+    // The cause is printed once, not once per error of the chain that carries it.
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
     let (_, stderr) = fails(tmp.path(), &["read", "--digest", s(&missing)]);
     assert!(stderr.contains(s(&missing)), "{stderr}");
 

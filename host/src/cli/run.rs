@@ -107,8 +107,12 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
         println!(
-            "dstl run: {} writers, {} changes of {} B into {}",
-            summary.writers, summary.changes, args.change_size, summary.dir
+            "dstl run: {} writer{}, {} changes of {} B into {}",
+            summary.writers,
+            if summary.writers == 1 { "" } else { "s" },
+            summary.changes,
+            args.change_size,
+            summary.dir
         );
         println!("  wall            {:.2} s", summary.wall_s);
         println!(
