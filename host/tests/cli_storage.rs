@@ -310,6 +310,32 @@ fn gc_refuses_an_empty_manifest_directory() {
     );
 }
 
+/// Manifests of a job that wrote elsewhere than `--dir`: gc says so instead of quietly
+/// treating everything under `--dir` as unreferenced.
+#[test]
+fn gc_warns_when_no_manifest_path_lies_under_the_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_job(tmp.path(), &"d".repeat(32), "m");
+    std::fs::create_dir(tmp.path().join("elsewhere")).unwrap();
+    let out = dstl(
+        tmp.path(),
+        &["gc", "--manifests", "m", "--dir", "elsewhere"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: no file the manifests in m name lies under elsewhere"),
+        "{stderr}"
+    );
+    // Against the base the job wrote to, no warning.
+    let out = dstl(tmp.path(), &["gc", "--manifests", "m"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{out:?}"
+    );
+}
+
 /// The digests of both writers' manifests in `manifests`.
 fn digests(dir: &Path, manifests: &str) -> Vec<String> {
     ["op-0", "op-1"]

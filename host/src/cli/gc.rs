@@ -44,6 +44,18 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
     let listing = dstl::gc::stored_files(&config, &jobs)?;
     let referenced = &live.paths;
     let report = dstl::gc::classify(&listing, &live, args.grace, std::time::SystemTime::now())?;
+    if report.referenced == 0
+        && let Some(example) = live.paths.iter().next()
+        && !live.paths.iter().any(|p| lies_under(p, &config))
+    {
+        // Most likely `--dir`/`--store` is not where the manifests' job wrote: nothing
+        // here is referenced, so every old file would count as an orphan.
+        eprintln!(
+            "warning: no file the manifests in {} name lies under {} (e.g. {example}): is that the base their job wrote to?",
+            args.manifests.display(),
+            config.base_path.display()
+        );
+    }
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -93,4 +105,16 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
         report.orphans.len()
     )?;
     Ok(())
+}
+
+/// Whether a path a manifest names lies under the configured base (as given, or
+/// resolved through symbolic links).
+fn lies_under(path: &str, config: &dstl::Config) -> bool {
+    let base = &config.base_path;
+    let path = std::path::Path::new(path);
+    path.starts_with(base)
+        || std::fs::canonicalize(base).is_ok_and(|real| {
+            path.starts_with(&real)
+                || std::fs::canonicalize(path).is_ok_and(|p| p.starts_with(&real))
+        })
 }
