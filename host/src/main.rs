@@ -16,7 +16,8 @@ fn main() -> ExitCode {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
     let args = cli::Cli::parse();
-    cli::logging::init(args.log_format);
+    let format = args.log_format;
+    cli::logging::init(format);
     match cli::main(args) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`dstl read m.json | head`) is the reader's choice, not a failure.
@@ -29,7 +30,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {}", once_each(&e));
+            let text = once_each(&e);
+            // Under `--log-format json` stderr is a stream of JSON objects: the final error
+            // is one more (an ERROR event), unless the filter drops errors altogether.
+            if matches!(format, cli::logging::LogFormat::Json)
+                && tracing::enabled!(target: "dstl", tracing::Level::ERROR)
+            {
+                tracing::error!(target: "dstl", "{text}");
+            } else {
+                eprintln!("error: {text}");
+            }
             ExitCode::FAILURE
         }
     }

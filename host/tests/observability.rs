@@ -373,6 +373,34 @@ fn bad_values_of_the_new_options_are_named() {
     );
 }
 
+/// Under `--log-format json` the final error is a JSON line like every other one.
+#[test]
+fn json_logs_report_the_final_error_as_json_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-manifest.json");
+    let out = dstl()
+        .args(["--log-format", "json", "read"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", describe(&out));
+    let stderr = String::from_utf8(out.stderr.clone()).unwrap();
+    let events: Vec<Value> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let error = events
+        .iter()
+        .find(|e| e["level"] == "ERROR")
+        .unwrap_or_else(|| panic!("no ERROR event: {stderr}"));
+    let message = error["fields"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&*missing.to_string_lossy()),
+        "the error names the manifest: {error}"
+    );
+}
+
 #[test]
 fn json_logs_carry_the_writer_upload_and_recovery_spans() {
     let tmp = tempfile::tempdir().unwrap();
