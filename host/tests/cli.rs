@@ -778,19 +778,42 @@ fn config_prints_effective_values() {
         let out = ok(tmp.path(), &["config", "--conf", &conf]);
         assert!(
             out.lines()
-                .any(|l| l == "dstl.dfs.upload.timeout = 2000 ms"),
+                .any(|l| l == "dstl.dfs.upload.timeout = \"2000 ms\""),
             "{conf}: {out}"
         );
     }
     // Defaults are Flink's.
     let out = ok(tmp.path(), &["config"]);
     for line in [
-        "dstl.dfs.upload.timeout = 1000 ms",
-        "dstl.dfs.batch.persist-delay = 10 ms",
-        "dstl.dfs.compression.enabled = false",
+        "dstl.dfs.upload.timeout = \"1000 ms\"",
+        "dstl.dfs.batch.persist-delay = \"10 ms\"",
+        "dstl.dfs.compression.enabled = \"false\"",
     ] {
         assert!(out.lines().any(|l| l == line), "{line}: {out}");
     }
+}
+
+/// What `dstl config` prints, `--config` reads back to the same configuration.
+#[test]
+fn config_output_reads_back_as_a_config_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = ok(
+        tmp.path(),
+        &[
+            "config",
+            "--conf",
+            "dstl.dfs.upload.timeout=2s",
+            "--conf",
+            "dstl.local-recovery.dir=copies dir",
+            "--conf",
+            "dstl.s3.region=eu-west-1",
+        ],
+    );
+    std::fs::write(tmp.path().join("effective.toml"), &first).unwrap();
+    let second = ok(tmp.path(), &["config", "--config", "effective.toml"]);
+    assert_eq!(first, second);
+    assert!(first.contains("dstl.s3.region = \"eu-west-1\""), "{first}");
+    assert!(first.contains("# dstl.s3.endpoint: unset"), "{first}");
 }
 
 /// Writers waiting on the in-flight limit for longer than their call deadline carry on:

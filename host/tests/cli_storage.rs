@@ -106,9 +106,12 @@ fn a_bad_configuration_file_is_rejected_naming_the_key() {
             "dstl.dfs.compression.enabled=false",
         ],
     ));
-    assert!(text.contains("dstl.dfs.upload.timeout = 3000 ms"), "{text}");
     assert!(
-        text.contains("dstl.dfs.compression.enabled = false"),
+        text.contains("dstl.dfs.upload.timeout = \"3000 ms\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("dstl.dfs.compression.enabled = \"false\""),
         "{text}"
     );
     // Store URLs that would escape are refused by name.

@@ -148,15 +148,38 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
         Command::Config { conf } => {
             let config = conf.build(DEFAULT_DIR)?;
             config.validate()?;
-            for (key, value) in config.entries() {
-                println!("{key} = {value}");
-            }
+            print!("{}", config_toml(&config));
             Ok(())
         }
     }
 }
 
 pub(super) const DEFAULT_DIR: &str = "./dstl-data";
+
+/// The effective configuration as TOML that `--config` reads back: every value a string
+/// in the syntax `--conf` takes; a key with no value of its own (S3 settings left to the
+/// environment, the secret key, the default local-copy directory) is a comment saying
+/// where its value comes from.
+fn config_toml(config: &dstl::Config) -> String {
+    let mut out = String::new();
+    for (key, value) in config.entries() {
+        let quoted = |v: &str| toml::Value::String(v.to_string()).to_string();
+        let line = match key {
+            "dstl.local-recovery.dir" => match &config.local_dir {
+                Some(dir) => format!("{key} = {}", quoted(&dir.to_string_lossy())),
+                None => format!("# {key}: unset, local copies go to {value}"),
+            },
+            "dstl.s3.secret-access-key" if value == "(set)" => {
+                format!("# {key}: set, not printed")
+            }
+            _ if value.starts_with('(') => format!("# {key}: unset {value}"),
+            _ => format!("{key} = {}", quoted(&value)),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
 
 /// Lowercase hex of `bytes`.
 pub(super) fn hex(bytes: &[u8]) -> String {
