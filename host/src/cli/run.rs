@@ -81,19 +81,21 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     } else if let Some(duration) = args.duration {
         let bar = indicatif::ProgressBar::new_spinner().with_style(
             indicatif::ProgressStyle::with_template(&format!(
-                "{{spinner}} [{{elapsed_precise}} of {}] {{human_pos}} changes ({{per_sec}})",
+                "{{spinner}} [{{elapsed_precise}} of {}] {{human_pos}} changes ({{rate}})",
                 humanize(duration)
             ))
-            .expect("valid template"),
+            .expect("valid template")
+            .with_key("rate", average_rate),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
         bar
     } else {
         indicatif::ProgressBar::new(args.changes).with_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} changes ({per_sec}, eta {eta})",
+                "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} changes ({rate}, eta {eta})",
             )
-            .expect("valid template"),
+            .expect("valid template")
+            .with_key("rate", average_rate),
         )
     };
     let progress = |n| bar.set_position(n);
@@ -116,8 +118,9 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         );
         println!("  wall            {:.2} s", summary.wall_s);
         println!(
-            "  appends         {:.0}/s ({:.1} MB/s payload)",
-            summary.appends_per_s, summary.payload_mb_per_s
+            "  appends         {} ({:.1} MB/s payload)",
+            rate(summary.appends_per_s),
+            summary.payload_mb_per_s
         );
         println!(
             "  checkpoints     {} (persist p50 {:.2} ms, p99 {:.2} ms)",
@@ -159,6 +162,29 @@ fn humanize(duration: Duration) -> String {
         (0, m, s) => format!("{m}m{s:02}s"),
         (h, m, s) => format!("{h}h{m:02}m{s:02}s"),
     }
+}
+
+/// Changes per second, rounded, with a unit: what the progress bar and the summary show.
+fn rate(per_second: f64) -> String {
+    if per_second >= 1e6 {
+        format!("{:.2} M changes/s", per_second / 1e6)
+    } else if per_second >= 1e3 {
+        format!("{:.1} k changes/s", per_second / 1e3)
+    } else {
+        format!("{per_second:.0} changes/s")
+    }
+}
+
+/// The progress bar's rate: changes so far over the time so far, as the summary computes
+/// it (indicatif's own `per_sec` is a recent, unrounded estimate).
+fn average_rate(state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write) {
+    let seconds = state.elapsed().as_secs_f64();
+    let per_second = if seconds > 0.0 {
+        state.pos() as f64 / seconds
+    } else {
+        0.0
+    };
+    let _ = out.write_str(&rate(per_second));
 }
 
 #[cfg(test)]
