@@ -90,3 +90,21 @@ impl Error {
         Self::setup(context, SandboxError(format!("{error:#}")))
     }
 }
+
+/// `error` and its causes as one line, joined by `: `, leaving out a cause whose text
+/// is already part of the line: many errors print their source in their own message,
+/// and `{:#}` would then say it twice. For messages that leave the process (the CLI's
+/// last line, an exception in a JVM).
+pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

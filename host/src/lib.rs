@@ -116,7 +116,7 @@ pub use dstl_proto::codec::Change;
 pub use dstl_proto::types::{
     ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle, WriterError,
 };
-pub use error::{Error, SandboxError, TrapKind};
+pub use error::{Error, SandboxError, TrapKind, describe};
 pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use recovery::reader::ReadError;
 pub use recovery::{Recovery, gc, manifest, reader};

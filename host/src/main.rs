@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let text = once_each(&e);
+            let text = dstl::describe(e.as_ref());
             // Under `--log-format json` stderr is a stream of JSON objects: the final error
             // is one more (an ERROR event), unless the filter drops errors altogether.
             if matches!(format, cli::logging::LogFormat::Json)
@@ -43,18 +43,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes, joined by `: `, leaving out a cause whose text the message
-/// already holds (library errors often print their source themselves).
-fn once_each(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
 }

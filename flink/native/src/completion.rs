@@ -126,7 +126,7 @@ fn encode(request: i64, outcome: Result<SnapshotResult, dstl::Error>) -> Vec<u8>
         }
         Err(error) => {
             out.push(1);
-            string(&mut out, &format!("dstl: {}", crate::chain(&error)));
+            string(&mut out, &format!("dstl: {}", dstl::describe(&error)));
         }
     }
     out

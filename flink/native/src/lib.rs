@@ -87,24 +87,9 @@ impl From<Error> for Thrown {
         };
         Self {
             class,
-            message: format!("dstl: {}", chain(&error)),
+            message: format!("dstl: {}", dstl::describe(&error)),
         }
     }
-}
-
-/// An error and its causes, each once.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Runs one entry point's body: an `Err` or a panic becomes a pending Java exception and
@@ -180,7 +165,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_openStorage(
             while let (Some(key), Some(value)) = (parts.next(), parts.next()) {
                 config
                     .set(key, value)
-                    .map_err(|e| Thrown::argument(format!("dstl: {}", chain(&e))))?;
+                    .map_err(|e| Thrown::argument(format!("dstl: {}", dstl::describe(&e))))?;
             }
             let storage = ChangelogStorage::open(config)?;
             let availability = storage.availability();
