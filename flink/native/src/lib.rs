@@ -288,6 +288,30 @@ pub extern "system" fn Java_io_dstl_flink_Native_awaitAvailable(
     )
 }
 
+/// `long preemptiveThreshold(long storage)`: the open bytes at which a writer persists
+/// pre-emptively, as the configuration set it (the Java writer hands its packed appends
+/// over when they reach it, so the upload starts when it would without packing).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_preemptiveThreshold(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jlong {
+    entry(
+        env,
+        || "preemptiveThreshold".into(),
+        i64::MAX,
+        |_| {
+            // SAFETY: live handle.
+            let storage = unsafe { storage(handle) };
+            let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
+            Ok(guard.as_ref().map_or(i64::MAX, |open| {
+                i64::try_from(open.config().preemptive_persist_threshold).unwrap_or(i64::MAX)
+            }))
+        },
+    )
+}
+
 /// `long[] metrics(long storage)`: the storage's upload metrics, in the order
 /// `DstlMetrics.java` reads them.
 #[unsafe(no_mangle)]

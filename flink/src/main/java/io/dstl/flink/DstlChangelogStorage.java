@@ -18,7 +18,6 @@ import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.operators.MailboxExecutor;
 import org.apache.flink.changelog.fs.FsStateChangelogStorageFactory;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.core.fs.Path;
 import org.apache.flink.runtime.io.AvailabilityProvider;
 import org.apache.flink.runtime.metrics.groups.TaskManagerJobMetricGroup;
@@ -239,7 +238,8 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         handle = storage;
         availability = new Availability(storage);
         metrics = DstlMetrics.register(metricGroup, storage);
-        preemptiveThreshold = threshold(settings.get(PREFIX + "dfs.preemptive-persist-threshold"));
+        // As the native side parsed it: one syntax, one value.
+        preemptiveThreshold = Native.preemptiveThreshold(storage);
         completionThread = new Thread(() -> deliverCompletions(storage), "dstl-completions-" + jobId);
         // A daemon: it never keeps a TaskManager (or a test JVM) alive.
         completionThread.setDaemon(true);
@@ -289,23 +289,6 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         Map<String, String> shown = new LinkedHashMap<>(settings);
         shown.replaceAll((key, value) -> key.contains("secret") ? "(set)" : value);
         return shown;
-    }
-
-    /**
-     * The pre-emptive threshold in bytes (Flink's default, 5 MiB, when unset). A value Flink's
-     * syntax does not parse falls back to the default here; the native side has already
-     * checked it in its own syntax, which is the one that decides.
-     */
-    private static long threshold(String value) {
-        long fallback = 5L << 20;
-        if (value == null) {
-            return fallback;
-        }
-        try {
-            return MemorySize.parseBytes(value);
-        } catch (IllegalArgumentException e) {
-            return fallback;
-        }
     }
 
     /** A local base path as a plain absolute path (dstl's form); object stores as given. */

@@ -93,6 +93,8 @@ final class Native {
 
     static native long[] metrics(long storage);
 
+    static native long preemptiveThreshold(long storage);
+
     static native long createWriter(
             long storage,
             byte[] name,
