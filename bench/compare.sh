@@ -22,7 +22,7 @@ out="$here/results"
 mkdir -p "$out"
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 jsonl="$out/bench-$stamp.jsonl"
-cargo build --release -p dstl-host --manifest-path "$root/Cargo.toml" >&2
+cargo build --release -p dstl-cli --manifest-path "$root/Cargo.toml" >&2
 dstl="${CARGO_TARGET_DIR:-$root/target}/release/dstl"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

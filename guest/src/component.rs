@@ -9,7 +9,7 @@ use dstl_proto::writer::{Effects, Writer};
 
 wit_bindgen::generate!({
     world: "changelog",
-    path: "../wit",
+    path: "wit",
 });
 
 use dstl::changelog::types as wit;

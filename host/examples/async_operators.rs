@@ -10,7 +10,7 @@
 //! The limit here is small, so the signal flips often.
 //!
 //! ```sh
-//! cargo run --release -p dstl-host --example async_operators [-- DIR]
+//! cargo run --release -p dstl --example async_operators [-- DIR]
 //! ```
 
 use std::error::Error;

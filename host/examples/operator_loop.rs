@@ -9,7 +9,7 @@
 //! checkpoint needs them any more.
 //!
 //! ```sh
-//! cargo run --release -p dstl-host --example operator_loop [-- DIR]
+//! cargo run --release -p dstl --example operator_loop [-- DIR]
 //! ```
 //!
 //! Files go to `DIR` (a temporary directory by default, removed at the end).

@@ -9,8 +9,8 @@
 //! writer's changes, and reading both gives the whole state.
 //!
 //! ```sh
-//! cargo run --release -p dstl-host --example recover [-- DIR]          # both lives
-//! cargo run --release -p dstl-host --example recover -- --manifest M   # read one manifest
+//! cargo run --release -p dstl --example recover [-- DIR]          # both lives
+//! cargo run --release -p dstl --example recover -- --manifest M   # read one manifest
 //! ```
 //!
 //! With `--manifest M` (e.g. one that `dstl run --manifests DIR` wrote) it only reads that

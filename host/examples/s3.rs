@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! AWS_ENDPOINT_URL=http://127.0.0.1:8333 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
-//!   cargo run --release -p dstl-host --example s3 -- s3://bucket/prefix
+//!   cargo run --release -p dstl --features s3 --example s3 -- s3://bucket/prefix
 //! ```
 //!
 //! The URL may also come from `DSTL_S3_URL`. The example writes three checkpoints of one

@@ -92,7 +92,7 @@
 //! owns which file), `upload` (batching, retries, the in-flight limit), `sandbox`
 //! (wasmtime), `writer` (the public [`Writer`] and its mailbox), [`ChangelogStorage`]
 //! (ties them together), and [`recovery`] (reading back, manifests, collection).
-//! [`workload`] is the benchmark and `dstl run` harness on top.
+//! The `dstl` command-line tool and its benchmark workload are the `dstl-cli` crate.
 
 #![warn(missing_docs)]
 
@@ -108,7 +108,6 @@ mod storage;
 pub mod store;
 pub mod telemetry;
 mod upload;
-pub mod workload;
 mod writer;
 
 pub use config::{Config, ConfigError};

@@ -88,6 +88,7 @@ fn async_operators_wait_on_availability_and_finish() {
 }
 
 #[test]
+#[cfg(feature = "s3")]
 fn s3_example_takes_its_credentials_from_the_environment() {
     let server = seaweed::Seaweed::start("example");
     let settings = server.settings();

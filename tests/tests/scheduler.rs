@@ -128,7 +128,7 @@ fn delay_batches_persists_arriving_within_it() {
 fn eight_writers_share_few_files() {
     let tmp = tempfile::tempdir().unwrap();
     let (storage, _) = open(tmp.path(), &[]);
-    let workload = dstl::workload::Workload {
+    let workload = dstl_cli::workload::Workload {
         writers: 8,
         changes: 80_000,
         change_size: 100,
@@ -137,7 +137,7 @@ fn eight_writers_share_few_files() {
         seed: 1,
         manifests: None,
     };
-    let summary = dstl::workload::run(&storage, &workload, &|_| {}).unwrap();
+    let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
     assert!(summary.verified);
     assert_eq!(summary.checkpoints, 80);
     assert!(

@@ -5,7 +5,7 @@ use dstl_proto::types as domain;
 
 wasmtime::component::bindgen!({
     world: "changelog",
-    path: "../wit",
+    path: "wit",
     // An import may trap its caller: the host refuses calls naming files the writer does
     // not hold (a guest fault).
     imports: { default: trappable },

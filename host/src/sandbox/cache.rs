@@ -4,8 +4,9 @@
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// The component as built by `build.rs`.
-pub(crate) const GUEST_WASM: &[u8] = include_bytes!(env!("DSTL_GUEST_WASM_PATH"));
+/// The writer component: the reproducible build of `guest/` that ships in this crate
+/// (`tests/tests/component.rs` checks it is byte-identical to a fresh build).
+pub(crate) const GUEST_WASM: &[u8] = include_bytes!("../../component/dstl_guest.wasm");
 
 /// Where compiled components are cached: `$DSTL_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/dstl`, else `~/.cache/dstl`; `DSTL_CACHE_DIR=off` disables the cache.

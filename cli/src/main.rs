@@ -1,6 +1,6 @@
 //! `dstl`: run the checkpointing workload, read snapshots back, inspect changelog files.
 
-mod cli;
+mod commands;
 
 use std::process::ExitCode;
 
@@ -15,10 +15,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
-    let args = cli::Cli::parse();
+    let args = commands::Cli::parse();
     let format = args.log_format;
-    cli::logging::init(format);
-    match cli::main(args) {
+    commands::logging::init(format);
+    match commands::main(args) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`dstl read m.json | head`) is the reader's choice, not a failure.
         Err(e)
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
             let text = dstl::describe(e.as_ref());
             // Under `--log-format json` stderr is a stream of JSON objects: the final error
             // is one more (an ERROR event), unless the filter drops errors altogether.
-            if matches!(format, cli::logging::LogFormat::Json)
+            if matches!(format, commands::logging::LogFormat::Json)
                 && tracing::enabled!(target: "dstl", tracing::Level::ERROR)
             {
                 tracing::error!(target: "dstl", "{text}");

@@ -12,9 +12,9 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 
 use super::input::{Changes, Pool};
-use crate::recovery::reader::{digest, read_handle};
-use crate::store::FileSource;
-use crate::{ChangelogHandle, ChangelogStorage, KeyGroupRange};
+use dstl::recovery::reader::{digest, read_handle};
+use dstl::store::FileSource;
+use dstl::{ChangelogHandle, ChangelogStorage, KeyGroupRange};
 
 /// What the recovery benchmark writes.
 #[derive(Debug, Clone)]
@@ -146,7 +146,7 @@ fn write_one(
         for set in appended.chunks(workload.checkpoint_every as usize) {
             let mut set: Vec<&(i32, Vec<u8>)> = set.iter().collect();
             set.sort_by_key(|(key_group, _)| *key_group);
-            expected.extend(set.into_iter().map(|(k, v)| crate::Change {
+            expected.extend(set.into_iter().map(|(k, v)| dstl::Change {
                 key_group: *k,
                 value: v.clone(),
             }));

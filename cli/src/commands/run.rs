@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use dstl::ChangelogStorage;
-use dstl::workload::{self, Workload};
+use dstl_cli::workload::{self, Workload};
 
 use super::{ConfArgs, DEFAULT_DIR, Target, prometheus};
 

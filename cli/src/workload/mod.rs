@@ -20,8 +20,8 @@ pub use density::{Density, density};
 use input::{Changes, Pool};
 pub use measure::{current_rss_mb, disk_baseline_mb_per_s, peak_rss_mb};
 
-use crate::recovery::manifest::Manifest;
-use crate::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
+use dstl::recovery::manifest::Manifest;
+use dstl::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -249,7 +249,7 @@ impl PackedBatch {
 
 /// A persist in flight, confirmed when it completes.
 struct Pending {
-    future: crate::PersistFuture,
+    future: dstl::PersistFuture,
     checkpoint: Checkpoint,
 }
 
@@ -265,7 +265,7 @@ struct Checkpoint {
 
 /// Where one operator stands: what it confirmed and what it measured.
 struct Operator<'a> {
-    writer: crate::Writer,
+    writer: dstl::Writer,
     workload: &'a Workload,
     /// The end of the last confirmed checkpoint: where the next persist starts.
     confirmed: (u64, u64),

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dstl::manifest::Manifest;
-use dstl::workload::{Workload, expected_changes};
+use dstl_cli::workload::{Workload, expected_changes};
 
 fn workload() -> Workload {
     Workload {

@@ -5,7 +5,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::measure::current_rss_mb;
-use crate::{ChangelogStorage, KeyGroupRange};
+use dstl::{ChangelogStorage, KeyGroupRange};
 
 /// What the density benchmark measured.
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use dstl::ChangelogStorage;
-use dstl::workload::{self, Workload};
+use dstl_cli::workload::{self, Workload};
 
 use super::ConfArgs;
 
@@ -160,7 +160,7 @@ fn recovery(
     mut config: dstl::Config,
     dir: &std::path::Path,
 ) -> anyhow::Result<()> {
-    use dstl::workload::recovery::{self, RecoveryWorkload};
+    use dstl_cli::workload::recovery::{self, RecoveryWorkload};
     let mut load = RecoveryWorkload::standard();
     if args.quick {
         load.changes /= 25;
