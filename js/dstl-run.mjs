@@ -15,7 +15,7 @@ import { parseArgs } from 'node:util';
 import { ChangelogStorage, Config, DstlError, digest, manifestFromSnapshot, storeManifest } from './lib/index.mjs';
 import { BATCH, Changes, Pool } from './lib/workload.mjs';
 
-const USAGE = `usage: node js/dstl-run.mjs [options]
+const USAGE = `usage: dstl-run [options]   (or: node dstl-run.mjs [options])
 
   --dir DIR               base directory of the changelog files (default ./dstl-data)
   --writers N             simulated operators, one writer each (default 4)
@@ -28,7 +28,8 @@ const USAGE = `usage: node js/dstl-run.mjs [options]
   --manifests DIR         after each checkpoint, atomically rewrite DIR/<writer>.json
   --conf KEY=VALUE        any configuration key (repeatable)
   --json                  print the summary as one JSON object on stdout
-  --wasm PATH             the writer component (default: $DSTL_GUEST_WASM or the cargo build)
+  --wasm PATH             a dstl_guest.wasm to run instead of the packaged component
+                          (default: $DSTL_GUEST_WASM; transpiling it needs @bytecodealliance/jco)
   -h, --help              this text`;
 
 class UsageError extends Error {}

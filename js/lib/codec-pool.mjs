@@ -10,6 +10,7 @@ import { availableParallelism } from 'node:os';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 
 import { CodecTrap, ComponentCodec, FormatError } from './codec.mjs';
+import { loadTranspiled } from './component.mjs';
 
 /** Below this many bytes of blocks, encoding inline is cheaper than a worker round trip. */
 const INLINE_BELOW = 256 * 1024;
@@ -61,7 +62,7 @@ export class CodecPool {
 
   #spawn() {
     const worker = new Worker(new URL(import.meta.url), {
-      workerData: { dstlCodecWorker: true, wasm: this.codec.component.wasmPath },
+      workerData: { dstlCodecWorker: true, dir: this.codec.component.dir, wasm: this.codec.component.wasmPath },
     });
     worker.job = null;
     const gone = (error) => {
@@ -121,7 +122,8 @@ export class CodecPool {
 }
 
 if (!isMainThread && workerData?.dstlCodecWorker) {
-  const codec = ComponentCodec.open(workerData.wasm);
+  // The same transpiled directory as the main thread's component: nothing to locate again.
+  const codec = loadTranspiled(workerData.dir, workerData.wasm).then((component) => new ComponentCodec(component));
   parentPort.on('message', async ({ blocks, compression }) => {
     // The blocks' buffers go back with the reply: a worker's isolate collects garbage
     // only when its own heap or external memory grows enough, so buffers dropped here

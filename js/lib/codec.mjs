@@ -70,7 +70,8 @@ export class ComponentCodec {
   }
 
   /**
-   * A codec over the component at `wasmPath` (default: {@link locateGuestWasm}).
+   * A codec over the packaged component, or over the build `wasmPath` (default
+   * `$DSTL_GUEST_WASM`) names: see `loadComponent`.
    * @param {string} [wasmPath]
    * @returns {Promise<ComponentCodec>}
    */
@@ -156,8 +157,8 @@ export class ComponentCodec {
 let shared = null;
 
 /**
- * A codec shared by readers that were given none, over the component
- * {@link locateGuestWasm} finds.
+ * A codec shared by readers that were given none, over the packaged component (or the
+ * build `$DSTL_GUEST_WASM` names).
  * @returns {Promise<ComponentCodec>}
  */
 export function sharedCodec() {

@@ -1,144 +1,48 @@
-// The writer component in Node: locating the built `dstl_guest.wasm`, transpiling it with
-// jco (once per component build, into the git-ignored `js/.generated/`), compiling its
-// core modules once, and instantiating it once per writer (and once per codec: see
+// The writer component in Node: which transpiled component to run, compiling its core
+// modules once, and instantiating it once per writer (and once per codec: see
 // `codec.mjs`).
 //
-// Everything that knows jco's output shape (import keys, export names, the two patches
-// below) lives in this module, so a change of the WIT or of jco is adapted here.
+// The package ships the component already transpiled by jco and patched (`component/`,
+// made by `scripts/build-component.mjs` when the package is packed or `npm ci` is run in
+// js/), so running it needs no jco and writes nothing. Only a different component build,
+// named by `DSTL_GUEST_WASM` or the `wasm` option, is transpiled at runtime
+// (`transpile.mjs`, into the user's cache directory).
+//
+// Everything that knows jco's output shape (import keys, export names, the patches in
+// `transpile.mjs`) lives in this module and `transpile.mjs`, so a change of the WIT or of
+// jco is adapted there.
 
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { SetupError } from './errors.mjs';
+import { NAME, PATCH_VERSION, readTranspiled, sha256, transpileToCache } from './transpile.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-/** The repository root (this file is `js/lib/component.mjs`). */
-export const REPO_ROOT = resolve(here, '..', '..');
-const GENERATED = resolve(here, '..', '.generated');
-const GUEST_RELATIVE = join('guest-wasm', 'wasm32-wasip2', 'guest', 'dstl_guest.wasm');
-/** Bumped whenever the patches applied to jco's output change. */
-const PATCH_VERSION = 1;
+/** The transpiled component the package ships (`<package>/component/`). */
+export const PACKAGED_COMPONENT_DIR = fileURLToPath(new URL('../component', import.meta.url));
 const WASM_PAGE = 65536;
 
 /**
- * Where the built writer component is: `$DSTL_GUEST_WASM`, else the place `host/build.rs`
- * (or `cargo build -p dstl-guest --profile guest --target wasm32-wasip2 --target-dir
- * <target>/guest-wasm`) puts it under `$CARGO_TARGET_DIR` or the repository's `target/`.
+ * The component build to run instead of the packaged one: `wasm` if given, else
+ * `$DSTL_GUEST_WASM`, else none.
  *
- * @returns {string} an absolute path to `dstl_guest.wasm`
- * @throws {SetupError} naming every place looked at when none holds it
+ * @param {string} [wasm]
+ * @returns {string|null} an absolute path to a `dstl_guest.wasm`, or null for the packaged
+ *   component
+ * @throws {SetupError} when the named file does not exist
  */
-export function locateGuestWasm() {
-  const explicit = process.env.DSTL_GUEST_WASM;
-  if (explicit) {
-    const path = resolve(explicit);
-    if (!existsSync(path)) {
-      throw new SetupError(`DSTL_GUEST_WASM=${explicit}: no such file`);
-    }
-    return path;
-  }
-  const candidates = [];
-  if (process.env.CARGO_TARGET_DIR) {
-    candidates.push(resolve(process.env.CARGO_TARGET_DIR, GUEST_RELATIVE));
-  }
-  candidates.push(resolve(REPO_ROOT, 'target', GUEST_RELATIVE));
-  candidates.push(resolve(REPO_ROOT, 'target', 'release', GUEST_RELATIVE));
-  for (const path of candidates) {
-    if (existsSync(path)) return path;
-  }
-  throw new SetupError(
-    `the writer component dstl_guest.wasm was not found (looked at ${candidates.join(', ')}); ` +
-      'build it with `cargo build --release -p dstl-host` or `cargo build --locked -p dstl-guest ' +
-      '--profile guest --target wasm32-wasip2 --target-dir target/guest-wasm`, or set DSTL_GUEST_WASM',
-  );
+export function locateGuestWasm(wasm) {
+  if (wasm) return existingFile(resolve(wasm), `writer component ${resolve(wasm)}`);
+  const fromEnv = process.env.DSTL_GUEST_WASM;
+  if (fromEnv) return existingFile(resolve(fromEnv), `DSTL_GUEST_WASM=${fromEnv}`);
+  return null;
 }
 
-/**
- * jco's output, patched for speed on Node 20 (both patches are checked: if jco's output
- * changes shape, transpiling fails loudly instead of silently running slow):
- *
- * - `_debugLog` reads `process.env.JCO_DEBUG` on every call (several times per guest
- *   call); it is read once at load instead.
- * - Every instantiation probes `WebAssembly.promising` eight times. Node 20 has no JSPI,
- *   so each probe throws a TypeError whose message V8 renders by re-parsing the 7000-line
- *   enclosing function: ~30 ms per writer. The probe is replaced by a function that
- *   falls back to the synchronous export without throwing (where JSPI exists, it is
- *   used as before).
- *
- * @param {string} code
- * @returns {string}
- */
-function patchGenerated(code) {
-  const debugProbe = 'if (!globalThis?.process?.env?.JCO_DEBUG) { return; }';
-  const debugCount = code.split(debugProbe).length - 1;
-  const promisingCount = code.split('WebAssembly.promising(').length - 1;
-  if (debugCount !== 1 || promisingCount < 1) {
-    throw new SetupError(
-      `jco's output changed shape (JCO_DEBUG probes: ${debugCount}, WebAssembly.promising probes: ` +
-        `${promisingCount}); update patchGenerated in js/lib/component.mjs`,
-    );
-  }
-  const prelude =
-    'const _dstlJcoDebug = !!globalThis?.process?.env?.JCO_DEBUG;\n' +
-    "const _dstlPromising = typeof WebAssembly.promising === 'function' ? (f) => WebAssembly.promising(f) : (f) => f;\n";
-  const body = code
-    .replace(debugProbe, 'if (!_dstlJcoDebug) { return; }')
-    .split('WebAssembly.promising(')
-    .join('_dstlPromising(');
-  // Keep the leading directive, if any, first.
-  const directive = body.match(/^"use [a-z]+";\n/);
-  return directive ? directive[0] + prelude + body.slice(directive[0].length) : prelude + body;
-}
-
-/**
- * Transpiles `wasmPath` with jco into `js/.generated/<hash>/` unless that was done
- * already for the same bytes, jco version and patches.
- *
- * @param {string} wasmPath
- * @returns {Promise<string>} the directory holding `dstl_guest.js` and its core modules
- */
-export async function transpileGuest(wasmPath) {
-  const bytes = readFileSync(wasmPath);
-  const jcoPackage = JSON.parse(
-    readFileSync(resolve(here, '..', 'node_modules', '@bytecodealliance', 'jco', 'package.json'), 'utf8'),
-  );
-  const key = createHash('sha256')
-    .update(bytes)
-    .update(`jco ${jcoPackage.version} patch ${PATCH_VERSION}`)
-    .digest('hex')
-    .slice(0, 16);
-  const out = join(GENERATED, key);
-  if (existsSync(join(out, 'dstl_guest.js'))) return out;
-  const { transpile } = await import('@bytecodealliance/jco');
-  const { files } = await transpile(bytes, {
-    name: 'dstl_guest',
-    instantiation: 'sync',
-    noTypescript: true,
-    emitTypescriptDeclarations: false,
-    noComponentErrorWrapping: true,
-    base64Cutoff: 0,
-  });
-  const staging = `${out}.${process.pid}.tmp`;
-  rmSync(staging, { recursive: true, force: true });
-  for (const [name, content] of Object.entries(files)) {
-    const target = join(staging, name);
-    mkdirSync(dirname(target), { recursive: true });
-    if (name === 'dstl_guest.js') {
-      writeFileSync(target, patchGenerated(Buffer.from(content).toString('utf8')));
-    } else {
-      writeFileSync(target, content);
-    }
-  }
-  try {
-    renameSync(staging, out);
-  } catch (e) {
-    // Another process finished the same transpile first.
-    rmSync(staging, { recursive: true, force: true });
-    if (!existsSync(join(out, 'dstl_guest.js'))) throw e;
-  }
-  return out;
+/** `path` if it is a file; otherwise a SetupError naming it as `what`. */
+function existingFile(path, what) {
+  if (!existsSync(path) || !statSync(path).isFile()) throw new SetupError(`${what}: no such file`);
+  return path;
 }
 
 /** Reads an unsigned LEB128 at `pos`; returns [value, next position]. */
@@ -215,14 +119,16 @@ export class Component {
   /**
    * @param {string} dir the transpiled output
    * @param {Function} instantiate jco's `instantiate`
-   * @param {string} wasmPath the component it came from
+   * @param {Map<string, Uint8Array>} coreModules the core modules' bytes by file name
+   * @param {string|null} wasmPath the component file it was made from; null for the
+   *   packaged component
    */
-  constructor(dir, instantiate, wasmPath) {
+  constructor(dir, instantiate, coreModules, wasmPath) {
     this.dir = dir;
     this.wasmPath = wasmPath;
     this._instantiate = instantiate;
     /** @type {Map<string, Uint8Array>} */
-    this._bytes = new Map();
+    this._bytes = coreModules;
     /** @type {Map<string, WebAssembly.Module>} compiled modules per `name@pages` */
     this._modules = new Map();
   }
@@ -231,11 +137,8 @@ export class Component {
     const key = `${name}@${maxPages}`;
     let module = this._modules.get(key);
     if (!module) {
-      let bytes = this._bytes.get(name);
-      if (!bytes) {
-        bytes = readFileSync(join(this.dir, name));
-        this._bytes.set(name, bytes);
-      }
+      const bytes = this._bytes.get(name);
+      if (!bytes) throw new SetupError(`the transpiled component in ${this.dir} has no core module ${name}`);
       module = new WebAssembly.Module(capMemory(bytes, maxPages));
       this._modules.set(key, module);
     }
@@ -264,27 +167,80 @@ export class Component {
   }
 }
 
+/**
+ * Loads a transpiled directory: its generated module and its core modules (all read now,
+ * so a directory replaced later cannot mix two builds).
+ *
+ * @param {string} dir a directory {@link readTranspiled} accepts
+ * @param {string|null} [wasmPath] the component file it was made from, null if packaged
+ * @returns {Promise<Component>}
+ * @throws {SetupError} when `dir` is missing, incomplete, or made by other patches
+ */
+export async function loadTranspiled(dir, wasmPath = null) {
+  const meta = readTranspiled(dir);
+  if (!meta) {
+    throw new SetupError(
+      dir === PACKAGED_COMPONENT_DIR
+        ? `the packaged writer component is missing or incomplete in ${dir}: it is generated when the ` +
+            'package is packed, or by `npm ci` (or `npm run build:component`) in a checkout of js/; ' +
+            'or point DSTL_GUEST_WASM or the wasm option at a dstl_guest.wasm'
+        : `no complete transpiled writer component in ${dir}`,
+    );
+  }
+  if (meta.patch !== PATCH_VERSION) {
+    throw new SetupError(
+      `the transpiled writer component in ${dir} carries patch version ${meta.patch}, this host needs ` +
+        `${PATCH_VERSION}: regenerate it (\`npm run build:component\` in js/)`,
+    );
+  }
+  const coreModules = new Map();
+  for (const file of meta.files) {
+    if (file.endsWith('.wasm')) coreModules.set(file, readFileSync(join(dir, file)));
+  }
+  const { instantiate } = await import(pathToFileURL(join(dir, `${NAME}.js`)).href);
+  return new Component(dir, instantiate, coreModules, wasmPath);
+}
+
+/**
+ * The transpiled directory for the component file at `path`: the packaged one when the
+ * bytes are the packaged component's (no jco needed), else one in the user's cache
+ * (transpiled with jco on first use).
+ */
+async function transpiledDirFor(path) {
+  let bytes;
+  try {
+    bytes = readFileSync(path);
+  } catch (e) {
+    throw new SetupError(`cannot read the writer component ${path}: ${e.message}`);
+  }
+  const packaged = readTranspiled(PACKAGED_COMPONENT_DIR);
+  if (packaged?.sha256 === sha256(bytes) && packaged.patch === PATCH_VERSION) return PACKAGED_COMPONENT_DIR;
+  return transpileToCache(path, bytes);
+}
+
 const loaded = new Map();
 
 /**
- * Loads (transpiling if needed) and compiles the writer component, once per process and
- * path.
+ * Loads and compiles the writer component, once per process and source: the packaged
+ * one, or the build `wasm` (default `$DSTL_GUEST_WASM`) names (see
+ * {@link locateGuestWasm}).
  *
- * @param {string} [wasmPath] defaults to {@link locateGuestWasm}
+ * @param {string} [wasm] a `dstl_guest.wasm` to run instead of the packaged component
  * @returns {Promise<Component>}
  */
-export function loadComponent(wasmPath = locateGuestWasm()) {
-  const path = resolve(wasmPath);
-  let promise = loaded.get(path);
+export function loadComponent(wasm) {
+  let path;
+  try {
+    path = locateGuestWasm(wasm);
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  const key = path ?? '';
+  let promise = loaded.get(key);
   if (!promise) {
-    promise = (async () => {
-      if (!existsSync(path)) throw new SetupError(`writer component ${path}: no such file`);
-      const dir = await transpileGuest(path);
-      const { instantiate } = await import(pathToFileURL(join(dir, 'dstl_guest.js')).href);
-      return new Component(dir, instantiate, path);
-    })();
-    promise.catch(() => loaded.delete(path));
-    loaded.set(path, promise);
+    promise = (async () => loadTranspiled(path === null ? PACKAGED_COMPONENT_DIR : await transpiledDirFor(path), path))();
+    promise.catch(() => loaded.delete(key));
+    loaded.set(key, promise);
   }
   return promise;
 }

@@ -17,7 +17,7 @@ export const META_KEY_GROUP = -1;
  * first, then key group by key group in append order.
  * @param {{entries: {handle: {path: string, fileSize: bigint|number}, offset: bigint|number}[]}} handle
  * @param {(path: string) => Promise<Uint8Array>} [read]
- * @param {import('./codec.mjs').ComponentCodec} [codec] default: one shared codec over the component {@link locateGuestWasm} finds
+ * @param {import('./codec.mjs').ComponentCodec} [codec] default: one shared codec over the packaged component (or `$DSTL_GUEST_WASM`'s)
  * @returns {Promise<{keyGroup: number, value: Uint8Array}[]>}
  * @throws {ReadError}
  */

@@ -65,11 +65,14 @@ export class ChangelogStorage {
 
   /**
    * Opens a storage: creates `<base>/<job-id>/dstl/` (and the local-copy directory with
-   * local recovery on), and loads the writer component (transpiling it on first use).
+   * local recovery on), and loads the writer component.
    * @param {Config|Record<string, string|number|boolean>} [config] a Config or `{key: value}` settings
    * @param {object} [options]
    * @param {import('./store.mjs').Store} [options.store] where uploads go instead of the job directory
-   * @param {string} [options.wasm] the component (default: {@link locateGuestWasm})
+   * @param {string} [options.wasm] a `dstl_guest.wasm` to run instead of the packaged component
+   *   (default `$DSTL_GUEST_WASM`); unless its bytes are the packaged component's, it is
+   *   transpiled on first use, which needs `@bytecodealliance/jco` installed, into the
+   *   user's cache directory
    * @param {(level: string, writer: string|null, message: string) => void} [options.logger]
    * @returns {Promise<ChangelogStorage>}
    */

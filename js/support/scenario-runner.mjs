@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
 import { ChangelogStorage, Config, DstlError, LocalStore, parseDuration, parseMemory } from '../lib/index.mjs';
-import { REPO_ROOT } from '../lib/component.mjs';
+import { REPO_ROOT } from './repo.mjs';
 
 export const SCENARIO_DIR = resolve(REPO_ROOT, 'tests', 'scenarios');
 const JOB_ID = '000000000000002a466c696e6b416e63';

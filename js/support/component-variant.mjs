@@ -1,0 +1,31 @@
+// A different build of the writer component, for tests of the runtime transpile path: the
+// committed component with a custom section appended. Custom sections carry no semantics,
+// so it behaves exactly as the committed one, but its bytes (hence its cache key) differ
+// from the packaged component's.
+
+import { readFileSync } from 'node:fs';
+
+import { COMMITTED_COMPONENT } from './repo.mjs';
+
+function leb(value) {
+  const out = [];
+  do {
+    let byte = value & 0x7f;
+    value >>>= 7;
+    if (value) byte |= 0x80;
+    out.push(byte);
+  } while (value);
+  return out;
+}
+
+/**
+ * The committed component's bytes with a custom section `name` holding `data` at the end.
+ * @param {string} [name]
+ * @param {string} [data]
+ * @returns {Buffer}
+ */
+export function componentVariant(name = 'dstl-test-variant', data = 'not the packaged component') {
+  const nameBytes = Buffer.from(name);
+  const content = Buffer.concat([Buffer.from(leb(nameBytes.length)), nameBytes, Buffer.from(data)]);
+  return Buffer.concat([readFileSync(COMMITTED_COMPONENT), Buffer.from([0, ...leb(content.length)]), content]);
+}
