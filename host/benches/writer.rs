@@ -74,10 +74,8 @@ fn install_recorder() {
 /// A storage writing to `tmp` that neither persists pre-emptively nor delays uploads.
 fn open_storage(tmp: &tempfile::TempDir) -> ChangelogStorage {
     install_recorder();
-    let mut c = Config {
-        base_path: tmp.path().into(),
-        ..Default::default()
-    };
+    let mut c = Config::new();
+    c.set_base_path(tmp.path()).unwrap();
     for (key, value) in [
         ("dstl.writer.max-writers", "4"),
         ("dstl.dfs.preemptive-persist-threshold", "1tb"),

@@ -8,6 +8,7 @@ pub use crate::sandbox::TrapKind;
 
 /// Everything the host API can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A [`crate::Writer`] method was called against the writer's rules (an append after
     /// close, a persist from a truncated or not yet appended sequence number, a key
@@ -21,6 +22,23 @@ pub enum Error {
         /// What the writer said.
         #[source]
         source: WriterError,
+    },
+    /// A persist failed because the upload of one of its change sets failed for good
+    /// (after the retry policy's attempts), or the uploader refused it (the storage or
+    /// the writer was closing). [`crate::UploadError`] says which, with the store's I/O
+    /// error where there is one ([`crate::UploadError::io_error_kind`], e.g.
+    /// `StorageFull` for a full disk). A later persist of the same range fails with
+    /// [`WriterError::AlreadyFailed`].
+    #[error("writer {writer}: upload failed: {message}")]
+    Upload {
+        /// The writer's name.
+        writer: String,
+        /// What the writer reported: the cause, and for a refused upload the change
+        /// sets it held.
+        message: String,
+        /// Why the upload failed.
+        #[source]
+        source: crate::upload::UploadError,
     },
     /// The writer's sandbox trapped during this call or an earlier one (CPU deadline,
     /// memory cap, guest panic, guest fault: [`TrapKind`]); every call of that writer and

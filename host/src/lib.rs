@@ -96,6 +96,11 @@
 
 #![warn(missing_docs)]
 
+// The crate README's example (what a new project starts from) runs as a doctest too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod background;
 pub mod config;
 mod error;
@@ -119,9 +124,13 @@ pub use error::{Error, SandboxError, TrapKind, describe};
 pub use metrics::{HistogramSnapshot, MetricsSnapshot};
 pub use recovery::reader::ReadError;
 pub use recovery::{Recovery, gc, manifest, reader};
-pub use registry::{LocalRegistry, TaskRegistry, WriterId};
-pub use sandbox::{ComponentCodec, WriterComponent};
-pub use storage::ChangelogStorage;
+pub use registry::WriterId;
+#[cfg(feature = "test-util")]
+pub use registry::{LocalRegistry, TaskRegistry};
+#[cfg(feature = "test-util")]
+pub use sandbox::ComponentCodec;
+pub use sandbox::WriterComponent;
+pub use storage::{ChangelogStorage, StorageBuilder};
 pub use store::{
     FileSource, LocalStore, Location, LocationError, S3Settings, S3Store, Store, StoredFile,
 };

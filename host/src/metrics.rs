@@ -20,6 +20,7 @@ pub(crate) struct Histogram(Mutex<(VecDeque<u64>, u64)>);
 
 /// Summary of a histogram's window (and how many samples it ever saw).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct HistogramSnapshot {
     /// Samples recorded since the start.
     pub count: u64,
@@ -157,6 +158,7 @@ impl Default for Metrics {
 
 /// A copy of the metrics at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct MetricsSnapshot {
     /// Upload attempts started, retries included (`numberOfUploadRequests`).
     pub upload_requests: u64,

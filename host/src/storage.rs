@@ -1,8 +1,8 @@
 //! [`ChangelogStorage`]: one per process or job. It owns the wasm engine, the upload
 //! machinery and the registries that all its writers share.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use dstl_proto::codec::Change;
 use dstl_proto::types::{ChangelogHandle, KeyGroupRange, WriterConfig};
@@ -14,10 +14,12 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::recovery::Recovery;
 use crate::recovery::reader::{self, ReadError};
 use crate::registry::{Discarder, LocalRegistry, Registries, TaskRegistry};
-use crate::sandbox::{ComponentCodec, EngineSettings, Runtime, WriterComponent};
+#[cfg(feature = "test-util")]
+use crate::sandbox::ComponentCodec;
+use crate::sandbox::{EngineSettings, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::lease::Lease;
-use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores};
+use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores, job_key_prefix};
 use crate::telemetry::WriterLabels;
 use crate::upload::buffers::BlockPool;
 use crate::upload::scheduler::SchedulerSettings;
@@ -26,6 +28,11 @@ use crate::upload::{RetryPolicy, Scheduler, Uploader};
 use crate::writer::{Writer, WriterOptions};
 
 /// The changelog storage of one job: creates writers and reads snapshots back.
+///
+/// Open one with [`ChangelogStorage::open`], or with [`ChangelogStorage::builder`] to
+/// upload to a [`Store`] of your own or to run on your tokio runtime. Share it between
+/// operators by reference or in an `Arc`; [`ChangelogStorage::close`] (or
+/// [`ChangelogStorage::close_async`]) works through a shared reference.
 pub struct ChangelogStorage {
     services: Arc<Services>,
     /// The engine and the pre-linked writer component.
@@ -35,57 +42,141 @@ pub struct ChangelogStorage {
     /// Reads files named by handles.
     files: FileSource,
     next_writer: AtomicU64,
+    /// What closing releases; shared with a close that runs on a thread of its own
+    /// (`close_async`).
+    closing: Arc<Closing>,
+}
+
+/// How to open a [`ChangelogStorage`]: its configuration, and optionally a store of the
+/// caller's and a runtime of the caller's.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let config = dstl::Config::new().with("dstl.dfs.base-path", &dir.path().to_string_lossy())?;
+/// let runtime = tokio::runtime::Runtime::new()?;
+/// // Uploads, retries and the batching timer run on this runtime: no threads of dstl's own
+/// // but the engine's epoch ticker and the deletion pool.
+/// let storage = dstl::ChangelogStorage::builder(config)
+///     .runtime(runtime.handle().clone())
+///     .open()?;
+/// runtime.block_on(storage.close_async());
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct StorageBuilder {
+    config: Config,
+    store: Option<Arc<dyn Store>>,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl StorageBuilder {
+    /// Uploads go to `store` instead of `<base>/<job-id>/dstl/` (the job's lease is still
+    /// taken at the configured base, where `dstl gc` looks for it).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Runs uploads, retries, the batching timer and the S3 client on `runtime` (a
+    /// multi-threaded tokio runtime with I/O and time enabled; uploads use its blocking
+    /// pool) instead of on runtimes of the storage's own. The runtime must outlive the
+    /// storage's use: close the storage before shutting the runtime down.
+    pub fn runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Opens the storage: validates the configuration, creates `<base>/<job-id>/dstl/`
+    /// (and the local-copy directory with local recovery on), checks an object store's
+    /// credentials, takes the job's lease and loads the writer component.
+    pub fn open(self) -> Result<ChangelogStorage, Error> {
+        ChangelogStorage::open_from(self)
+    }
+}
+
+/// What [`ChangelogStorage::close`] releases, once.
+struct Closing {
     closed: AtomicBool,
-    /// Runs uploads and the batching timer.
-    io: Option<tokio::runtime::Runtime>,
+    services: Arc<Services>,
+    /// The storage's own runtime, if it did not run on the caller's.
+    io: Mutex<Option<tokio::runtime::Runtime>>,
     /// Tells `dstl gc` that this storage is open and may hold files of the job that no
-    /// manifest names yet; released at close.
-    lease: Option<Lease>,
+    /// manifest names yet.
+    lease: Mutex<Option<Lease>>,
+}
+
+/// The runtime uploads run on.
+enum Io {
+    Own(tokio::runtime::Runtime),
+    Caller(tokio::runtime::Handle),
+}
+
+impl Io {
+    fn handle(&self) -> tokio::runtime::Handle {
+        match self {
+            Io::Own(runtime) => runtime.handle().clone(),
+            Io::Caller(handle) => handle.clone(),
+        }
+    }
 }
 
 impl ChangelogStorage {
-    /// Opens the storage described by `config`: creates `<base>/<job-id>/dstl/` (and the
-    /// local-copy directory with local recovery on) and compiles the writer component.
+    /// Opens the storage described by `config`, with runtimes of its own: see
+    /// [`StorageBuilder::open`].
     pub fn open(config: Config) -> Result<Self, Error> {
-        let store: Arc<dyn Store> = match config.location() {
-            Location::Local(_) => {
-                let job_dir = config.job_dir();
-                let store = LocalStore::open(&job_dir).map_err(|e| {
-                    Error::setup(
-                        format!(
-                            "cannot create the changelog directory {}",
-                            job_dir.display()
-                        ),
-                        e,
-                    )
-                })?;
-                Arc::new(
-                    store
-                        .with_buffer_size(config.upload_buffer_size as usize)
-                        .with_fsync(config.local_fsync),
-                )
-            }
-            Location::S3 { bucket, prefix } => Arc::new(
-                S3Store::open(&config.s3, &bucket, &prefix, &config.job_id).map_err(|e| {
-                    Error::setup(format!("cannot open the object store s3://{bucket}"), e)
-                })?,
-            ),
-        };
-        Self::open_with_store(config, store)
+        Self::builder(config).open()
     }
 
-    /// Opens a storage whose uploads go to `store` instead of `<base>/<job-id>/dstl/`.
-    pub fn open_with_store(config: Config, store: Arc<dyn Store>) -> Result<Self, Error> {
+    /// A builder for a storage with a store or a runtime of the caller's.
+    pub fn builder(config: Config) -> StorageBuilder {
+        StorageBuilder {
+            config,
+            store: None,
+            runtime: None,
+        }
+    }
+
+    fn open_from(builder: StorageBuilder) -> Result<Self, Error> {
+        let StorageBuilder {
+            config,
+            store,
+            runtime,
+        } = builder;
         config.validate()?;
-        let lease = Lease::take(&config.location(), &config.s3, &config.job_id)
-            .map_err(|e| Error::setup("cannot take the job's lease", e))?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .max_blocking_threads(config.upload_threads + 2)
-            .thread_name("dstl-io")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::setup("cannot start the I/O runtime", e))?;
+        if let Some(handle) = &runtime
+            && handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            return Err(Error::InvalidArgument(
+                "the runtime given to StorageBuilder::runtime must be a multi-threaded tokio \
+                 runtime: uploads block on it from the writers' threads"
+                    .into(),
+            ));
+        }
+        let store = match store {
+            Some(store) => store,
+            None => Self::default_store(&config, runtime.clone())?,
+        };
+        let lease = Lease::take(
+            &config.location(),
+            &config.s3,
+            &config.job_id,
+            runtime.clone(),
+        )
+        .map_err(|e| Error::setup("cannot take the job's lease", e))?;
+        let io = match runtime {
+            Some(handle) => Io::Caller(handle),
+            None => Io::Own(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .max_blocking_threads(config.upload_threads + 2)
+                    .thread_name("dstl-io")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Error::setup("cannot start the I/O runtime", e))?,
+            ),
+        };
         let local = if config.local_recovery {
             let dir = config.local_copies_dir();
             let store = LocalStore::open(&dir).map_err(|e| {
@@ -146,27 +237,69 @@ impl ChangelogStorage {
             },
             uploader,
             registries.clone(),
-            runtime.handle().clone(),
+            io.handle(),
             outstanding.clone(),
             metrics.clone(),
         );
+        let services = Arc::new(Services {
+            writer_labels: WriterLabels::new(config.metrics_writer_label_limit),
+            config,
+            scheduler,
+            registries,
+            discarder,
+            outstanding,
+            metrics,
+        });
         Ok(Self {
-            files: FileSource::new(Some(config.s3.clone())),
+            files: FileSource::new(Some(services.config.s3.clone())),
             remote: store,
             wasm,
-            services: Arc::new(Services {
-                writer_labels: WriterLabels::new(config.metrics_writer_label_limit),
-                config,
-                scheduler,
-                registries,
-                discarder,
-                outstanding,
-                metrics,
-            }),
             next_writer: AtomicU64::new(1),
-            closed: AtomicBool::new(false),
-            io: Some(runtime),
-            lease: Some(lease),
+            closing: Arc::new(Closing {
+                closed: AtomicBool::new(false),
+                services: services.clone(),
+                io: Mutex::new(match io {
+                    Io::Own(runtime) => Some(runtime),
+                    Io::Caller(_) => None,
+                }),
+                lease: Mutex::new(Some(lease)),
+            }),
+            services,
+        })
+    }
+
+    /// The store `config` names: the job's directory under a local base, or its prefix in
+    /// a bucket.
+    fn default_store(
+        config: &Config,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Arc<dyn Store>, Error> {
+        Ok(match config.location() {
+            Location::Local(_) => {
+                let job_dir = config.job_dir();
+                let store = LocalStore::open(&job_dir).map_err(|e| {
+                    Error::setup(
+                        format!(
+                            "cannot create the changelog directory {}",
+                            job_dir.display()
+                        ),
+                        e,
+                    )
+                })?;
+                Arc::new(
+                    store
+                        .with_buffer_size(config.upload_buffer_size as usize)
+                        .with_fsync(config.local_fsync),
+                )
+            }
+            Location::S3 { bucket, prefix } => {
+                let key_prefix = job_key_prefix(&prefix, &config.job_id);
+                Arc::new(
+                    S3Store::open_at(&config.s3, &bucket, &key_prefix, runtime).map_err(|e| {
+                        Error::setup(format!("cannot open the object store s3://{bucket}"), e)
+                    })?,
+                )
+            }
         })
     }
 
@@ -201,7 +334,21 @@ impl ChangelogStorage {
                 self.services.config.writer_memory_limit
             )));
         }
-        if self.closed.load(Ordering::Acquire) {
+        if let Some(limit) = options.memory_limit
+            && limit < (2 << 20)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "memory limit {limit} of writer {name} is below 2 MiB (2097152 bytes), the least a writer starts with"
+            )));
+        }
+        if let Some(timeout) = options.call_timeout
+            && timeout < std::time::Duration::from_millis(1)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "call timeout {timeout:?} of writer {name} is below 1 ms"
+            )));
+        }
+        if self.closing.closed.load(Ordering::Acquire) {
             return Err(Error::InvalidArgument(format!(
                 "cannot create writer {name}: the storage is closed"
             )));
@@ -225,7 +372,10 @@ impl ChangelogStorage {
             .map_err(|e| Error::sandbox_setup("cannot load the writer component", &e))
     }
 
-    /// A sandboxed instance of the component's own decoder (the `reader` export).
+    /// A sandboxed instance of the component's own decoder (the `reader` export), for
+    /// dstl's tests that hold it against the host's codec (crate feature `test-util`;
+    /// not a stable API).
+    #[cfg(feature = "test-util")]
     pub fn component_codec(&self) -> Result<ComponentCodec, Error> {
         let config = &self.services.config;
         ComponentCodec::new(
@@ -277,12 +427,16 @@ impl ChangelogStorage {
         Availability::new(self.services.scheduler.throttle.subscribe())
     }
 
-    /// The task registry (reference counts of files not yet owned by a checkpoint).
+    /// The task registry (reference counts of files not yet owned by a checkpoint), for
+    /// dstl's tests (crate feature `test-util`; not a stable API).
+    #[cfg(feature = "test-util")]
     pub fn task_registry(&self) -> &TaskRegistry {
         &self.services.registries.task
     }
 
-    /// The local registry (local copies per checkpoint).
+    /// The local registry (local copies per checkpoint), for dstl's tests (crate feature
+    /// `test-util`; not a stable API).
+    #[cfg(feature = "test-util")]
     pub fn local_registry(&self) -> &LocalRegistry {
         &self.services.registries.local
     }
@@ -299,12 +453,42 @@ impl ChangelogStorage {
     /// running after that are abandoned: their persists fail, and a file such an upload
     /// may still write is an orphan for `dstl gc`. Deletions queued so far get the same
     /// grace; later ones (writers that outlive the storage) run on their caller's thread.
-    /// Writers still open get an upload error on their next persist.
-    pub fn close(mut self) {
-        self.shutdown();
+    /// Writers still open get an upload error on their next persist. Releases the job's
+    /// lease. Blocks while it waits; a second call returns at once. In async code, await
+    /// [`ChangelogStorage::close_async`] instead.
+    pub fn close(&self) {
+        self.closing.close();
     }
 
-    fn shutdown(&mut self) {
+    /// [`ChangelogStorage::close`] without blocking the calling task: the waiting runs
+    /// on a thread of its own, and the returned future completes when it is done.
+    pub fn close_async(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let closing = self.closing.clone();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let on_thread = closing.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dstl-close".into())
+            .spawn(move || {
+                on_thread.close();
+                let _ = done.send(());
+            });
+        async move {
+            match spawned {
+                Ok(_) => {
+                    let _ = finished.await;
+                }
+                // No thread to spare: close here, blocking, rather than not at all.
+                Err(e) => {
+                    tracing::warn!(error = %e, "no thread for an asynchronous close; closing on the caller's");
+                    closing.close();
+                }
+            }
+        }
+    }
+}
+
+impl Closing {
+    fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -320,17 +504,17 @@ impl ChangelogStorage {
                 tracing::warn!(
                     ?grace,
                     abandoned,
-                    "uploads still running at close were abandoned: their persists failed; a file one may still write is an orphan that `dstl gc` collects"
+                    "uploads still running at close were abandoned: their persists failed; a file one may still write is an orphan for orphan collection (dstl::gc)"
                 );
             }
         }
         services
             .discarder
             .close(grace.saturating_sub(started.elapsed()));
-        if let Some(runtime) = self.io.take() {
+        if let Some(runtime) = self.io.lock().unwrap().take() {
             runtime.shutdown_background();
         }
-        if let Some(lease) = self.lease.take() {
+        if let Some(lease) = self.lease.lock().unwrap().take() {
             lease.release();
         }
     }
@@ -338,6 +522,6 @@ impl ChangelogStorage {
 
 impl Drop for ChangelogStorage {
     fn drop(&mut self) {
-        self.shutdown();
+        self.closing.close();
     }
 }

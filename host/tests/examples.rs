@@ -97,10 +97,10 @@ fn s3_example_takes_its_credentials_from_the_environment() {
         "s3",
         example("s3")
             .arg(&url)
-            .env("AWS_ENDPOINT_URL", settings.endpoint.unwrap())
-            .env("AWS_REGION", settings.region.unwrap())
-            .env("AWS_ACCESS_KEY_ID", settings.access_key_id.unwrap())
-            .env("AWS_SECRET_ACCESS_KEY", settings.secret_access_key.unwrap()),
+            .env("AWS_ENDPOINT_URL", settings.endpoint().unwrap())
+            .env("AWS_REGION", settings.region().unwrap())
+            .env("AWS_ACCESS_KEY_ID", settings.access_key_id().unwrap())
+            .env("AWS_SECRET_ACCESS_KEY", seaweed::SECRET_KEY),
     );
     assert!(
         out.contains("the last checkpoint holds 1000 changes"),

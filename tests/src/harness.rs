@@ -40,10 +40,10 @@ pub const EVENTUALLY: Duration = Duration::from_secs(60);
 /// `dir/<job-id>/dstl` ([`Config::job_dir`]); [`DEFAULT_CONF`], then `conf`.
 #[track_caller]
 pub fn config(dir: &Path, conf: &[&str]) -> Config {
-    let mut config = Config {
-        base_path: dir.to_path_buf(),
-        ..Config::default()
-    };
+    let mut config = Config::new();
+    config
+        .set_base_path(dir)
+        .unwrap_or_else(|e| panic!("bad test directory: {e}"));
     config
         .apply_pairs(DEFAULT_CONF.iter().chain(conf).copied())
         .unwrap_or_else(|e| panic!("bad test configuration {conf:?}: {e}"));
@@ -67,7 +67,9 @@ pub fn open_with_store<S: Store>(
 ) -> (ChangelogStorage, Arc<S>) {
     let config = config(dir, conf);
     let store = store(&config);
-    let storage = ChangelogStorage::open_with_store(config, store.clone())
+    let storage = ChangelogStorage::builder(config)
+        .store(store.clone())
+        .open()
         .unwrap_or_else(|e| panic!("cannot open a storage over {}: {e}", dir.display()));
     (storage, store)
 }
@@ -246,6 +248,16 @@ pub fn break_dir(dir: &Path) {
     std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("cannot remove {}: {e}", dir.display()));
     std::fs::write(dir, b"not a directory: every upload here fails")
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", dir.display()));
+}
+
+/// The typed cause of a persist that failed because its upload failed
+/// ([`Error::Upload`]); panics on any other outcome.
+#[track_caller]
+pub fn upload_error<T: Debug>(result: Result<T, Error>) -> dstl::UploadError {
+    match result {
+        Err(Error::Upload { source, .. }) => source,
+        other => panic!("expected an upload failure, got {other:?}"),
+    }
 }
 
 /// Turns the file [`break_dir`] left back into an empty directory.

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use dstl::{S3Settings, S3Store, Store};
 
-const ACCESS_KEY: &str = "dstltest";
-const SECRET_KEY: &str = "dstltestsecret";
+/// The access key id the server accepts.
+pub const ACCESS_KEY: &str = "dstltest";
+/// The secret access key the server accepts.
+pub const SECRET_KEY: &str = "dstltestsecret";
 /// Ports each instance needs: master, volume, filer, s3, admin, each with its gRPC port.
 const PORTS: u16 = 10;
 
@@ -120,14 +122,18 @@ impl Seaweed {
 
     fn wait_ready(&mut self) {
         let started = Instant::now();
-        let probe = S3Store::open(&self.settings(), &self.bucket, "", "ready-probe").unwrap();
+        // Opening a store probes the bucket, so it succeeds only once the server answers.
+        let mut probe: Option<S3Store> = None;
         let mut round = 0u32;
         loop {
             let listening = TcpStream::connect(("127.0.0.1", self.base + 6)).is_ok();
+            if listening && probe.is_none() {
+                probe = S3Store::open(&self.settings(), &self.bucket, "", "ready-probe").ok();
+            }
             // Listing answers before the volume servers do: a write read back proves the
             // server serves objects, not only its index.
             round += 1;
-            if listening
+            if let Some(probe) = &probe
                 && probe.list().is_ok()
                 && probe
                     .create(&format!("probe-{round}"), b"ready")
@@ -166,14 +172,11 @@ impl Seaweed {
 
     /// Client settings for this server.
     pub fn settings(&self) -> S3Settings {
-        S3Settings {
-            endpoint: Some(self.endpoint()),
-            region: Some("us-east-1".into()),
-            access_key_id: Some(ACCESS_KEY.into()),
-            secret_access_key: Some(SECRET_KEY.into()),
-            allow_http: None,
-            request_timeout: Some(Duration::from_secs(5)),
-        }
+        let mut config = dstl::Config::new();
+        config
+            .apply_pairs(self.conf().iter().map(String::as_str))
+            .expect("the server's settings are valid");
+        config.s3().clone()
     }
 
     /// The same settings as `key=value` configuration pairs.

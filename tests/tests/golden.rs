@@ -355,6 +355,7 @@ fn path_of(err: &ReadError) -> &str {
         ReadError::Io { path, .. }
         | ReadError::Format { path, .. }
         | ReadError::SizeMismatch { path, .. } => path,
+        other => panic!("an error without a path: {other}"),
     }
 }
 

@@ -385,14 +385,7 @@ fn bad_key_group_ranges_and_memory_limits_are_rejected() {
             other => panic!("range [{start}, {end}]: {:?}", other.map(|_| ())),
         }
     }
-    let over = storage.create_writer_with(
-        "op",
-        RANGE,
-        WriterOptions {
-            memory_limit: Some(u64::MAX),
-            ..Default::default()
-        },
-    );
+    let over = storage.create_writer_with("op", RANGE, WriterOptions::new().memory_limit(u64::MAX));
     assert!(matches!(over, Err(Error::InvalidArgument(_))));
     let w = storage
         .create_writer(
@@ -522,10 +515,8 @@ fn other_values_that_reach_paths_are_validated() {
     ));
     // A relation between keys is checked when the storage opens.
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        base_path: tmp.path().to_path_buf(),
-        ..Config::default()
-    };
+    let mut config = Config::new();
+    config.set_base_path(tmp.path()).unwrap();
     config
         .apply_pairs([
             "dstl.dfs.upload.max-in-flight=1kb",
@@ -853,14 +844,7 @@ fn values_bigger_than_the_sandbox_trap_only_their_writer() {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &[]);
     let small = storage
-        .create_writer_with(
-            "small",
-            RANGE,
-            WriterOptions {
-                memory_limit: Some(4 << 20),
-                ..Default::default()
-            },
-        )
+        .create_writer_with("small", RANGE, WriterOptions::new().memory_limit(4 << 20))
         .unwrap();
     let other = storage.create_writer("other", RANGE).unwrap();
     let before = store_entries(&storage);

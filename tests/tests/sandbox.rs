@@ -28,14 +28,7 @@ fn hostile(
     options: WriterOptions,
 ) -> Writer {
     storage
-        .create_writer_with(
-            "hostile",
-            RANGE,
-            WriterOptions {
-                component: Some(component.clone()),
-                ..options
-            },
-        )
+        .create_writer_with("hostile", RANGE, options.component(component.clone()))
         .unwrap()
 }
 
@@ -156,10 +149,7 @@ fn a_guest_that_computes_past_its_deadline_is_still_interrupted() {
     let h = hostile(
         &storage,
         &component,
-        WriterOptions {
-            call_timeout: Some(Duration::from_millis(50)),
-            ..Default::default()
-        },
+        WriterOptions::new().call_timeout(Duration::from_millis(50)),
     );
     let started = std::time::Instant::now();
     expect_trap(command(&h, "spin"), TrapKind::Deadline, "deadline of 50 ms");
@@ -187,10 +177,7 @@ fn waiting_in_the_host_does_not_use_up_the_deadline() {
     let h = hostile(
         &storage,
         &component,
-        WriterOptions {
-            call_timeout: Some(Duration::from_millis(20)),
-            ..Default::default()
-        },
+        WriterOptions::new().call_timeout(Duration::from_millis(20)),
     );
     command(&h, "schedule 10").unwrap();
     let started = std::time::Instant::now();
@@ -218,10 +205,7 @@ fn panics_and_memory_growth_trap(storage: &ChangelogStorage, component: &WriterC
     let h = hostile(
         storage,
         component,
-        WriterOptions {
-            memory_limit: Some(4 << 20),
-            ..Default::default()
-        },
+        WriterOptions::new().memory_limit(4 << 20),
     );
     expect_trap(
         command(&h, "grow 16000000"),

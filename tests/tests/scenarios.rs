@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use dstl::{ChangelogStorage, Error, KeyGroupRange, TrapKind, WriterError, WriterOptions};
 use dstl_tests::harness::{
     RANGE, break_dir, by_key_group, changes, files, open, path_strings, repair_dir, snapshot_paths,
-    writer_error,
+    upload_error, writer_error,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -199,10 +199,14 @@ fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
     let dir = storage.config().job_dir();
     break_dir(&dir);
     w.append(0, b"lost").unwrap();
-    let error = writer_error(w.persist(0, 1).unwrap().wait());
-    let WriterError::UploadFailed(cause) = &error else {
-        panic!("expected an upload failure, got {error:?}");
-    };
+    let error = upload_error(w.persist(0, 1).unwrap().wait());
+    // The store's own error, typed: the job directory is now a file.
+    assert_eq!(
+        error.io_error_kind(),
+        Some(std::io::ErrorKind::NotADirectory),
+        "{error}"
+    );
+    let cause = error.to_string();
     assert!(cause.contains(&*dir.to_string_lossy()), "{cause}");
     assert!(
         cause.starts_with("upload failed after 3 attempts"),
@@ -635,14 +639,7 @@ fn a_trapping_writer_does_not_disturb_another() {
     let storage = open(tmp.path(), &[]);
     let healthy = storage.create_writer("healthy", RANGE).unwrap();
     let doomed = storage
-        .create_writer_with(
-            "doomed",
-            RANGE,
-            WriterOptions {
-                memory_limit: Some(2 << 20),
-                ..Default::default()
-            },
-        )
+        .create_writer_with("doomed", RANGE, WriterOptions::new().memory_limit(2 << 20))
         .unwrap();
     healthy.append(1, b"before").unwrap();
     doomed.append(1, b"small is fine").unwrap();
@@ -713,10 +710,7 @@ fn a_call_past_its_deadline_is_interrupted_and_others_carry_on() {
         .create_writer_with(
             "runaway",
             RANGE,
-            WriterOptions {
-                call_timeout: Some(std::time::Duration::from_millis(1)),
-                ..Default::default()
-            },
+            WriterOptions::new().call_timeout(std::time::Duration::from_millis(1)),
         )
         .unwrap();
     healthy.append(1, b"steady").unwrap();
@@ -756,14 +750,7 @@ fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1kb"]);
     let w = storage
-        .create_writer_with(
-            "doomed",
-            RANGE,
-            WriterOptions {
-                memory_limit: Some(2 << 20),
-                ..Default::default()
-            },
-        )
+        .create_writer_with("doomed", RANGE, WriterOptions::new().memory_limit(2 << 20))
         .unwrap();
     w.append(1, b"confirmed").unwrap();
     let to = w.next_sequence_number().unwrap();

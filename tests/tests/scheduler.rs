@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dstl::{ChangelogStorage, Error, SnapshotResult, WriterError};
+use dstl::{ChangelogStorage, Error, SnapshotResult, UploadError};
 use dstl_tests::fault_store::{Fault, FaultStore};
-use dstl_tests::harness::{EVENTUALLY, RANGE, files, path_strings, payloads, remote_paths, spawn};
+use dstl_tests::harness::{
+    EVENTUALLY, RANGE, files, path_strings, payloads, remote_paths, spawn, upload_error,
+};
 
 /// A storage over `dir` (the harness's, with up to 16 writers) whose uploads go to a
 /// [`FaultStore`] with nothing planned yet, then `conf`.
@@ -186,10 +188,9 @@ fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
     store.set_broken(true);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"doomed").unwrap();
-    let error = w.persist(0, 1).unwrap().wait().unwrap_err();
-    let Some(WriterError::UploadFailed(cause)) = error.writer_error() else {
-        panic!("{error:?}")
-    };
+    let error = upload_error(w.persist(0, 1).unwrap().wait());
+    assert!(error.io_error().is_some(), "{error}");
+    let cause = error.to_string();
     assert!(cause.contains("after 3 attempts"), "{cause}");
     assert!(cause.contains("injected: the store is down"), "{cause}");
     assert_eq!(store.creates(), 3);
@@ -551,7 +552,13 @@ fn closing_the_storage_fails_queued_uploads() {
     storage.close();
     let error = pending.wait().unwrap_err();
     assert!(
-        matches!(error.writer_error(), Some(WriterError::UploadFailed(m)) if m.contains("closed")),
+        matches!(
+            &error,
+            Error::Upload {
+                source: UploadError::ClosedBeforeStart,
+                ..
+            }
+        ),
         "{error}"
     );
     assert!(started.elapsed() < EVENTUALLY);
@@ -629,7 +636,13 @@ fn close_fails_persists_whose_uploads_are_still_running() {
         .expect("the persist completes at close, not when the writer is dropped");
     let error = outcome.unwrap_err();
     assert!(
-        matches!(error.writer_error(), Some(WriterError::UploadFailed(m)) if m.contains("abandoned")),
+        matches!(
+            &error,
+            Error::Upload {
+                source: UploadError::Abandoned,
+                ..
+            }
+        ),
         "{error}"
     );
     assert!(closed_after < EVENTUALLY);

@@ -272,6 +272,7 @@ fn describe_error(error: &Error) -> (String, String, String) {
             WriterError::InvalidArgument(m) => ("invalid-argument", m),
             WriterError::UploadFailed(m) => ("upload-failed", m),
         },
+        Error::Upload { message, .. } => ("upload-failed", message),
         Error::Trapped { cause, .. } => ("trapped", cause),
         Error::InvalidArgument(m) => ("host-invalid-argument", m),
         other => return ("other".into(), other.to_string(), display),
@@ -416,23 +417,19 @@ impl Run {
                     ),
                     None => (0, 127),
                 };
-                let options = WriterOptions {
-                    memory_limit: match step.get("memory_limit") {
-                        Some(v) => Some(
-                            dstl::config::parse_memory(v.as_str().unwrap_or(""))
-                                .ok_or_else(|| anyhow!("bad memory_limit {v}"))?,
-                        ),
-                        None => None,
-                    },
-                    call_timeout: match step.get("call_timeout") {
-                        Some(v) => Some(
-                            dstl::config::parse_duration(v.as_str().unwrap_or(""))
-                                .ok_or_else(|| anyhow!("bad call_timeout {v}"))?,
-                        ),
-                        None => None,
-                    },
-                    ..WriterOptions::default()
-                };
+                let mut options = WriterOptions::new();
+                if let Some(v) = step.get("memory_limit") {
+                    options = options.memory_limit(
+                        dstl::config::parse_memory(v.as_str().unwrap_or(""))
+                            .ok_or_else(|| anyhow!("bad memory_limit {v}"))?,
+                    );
+                }
+                if let Some(v) = step.get("call_timeout") {
+                    options = options.call_timeout(
+                        dstl::config::parse_duration(v.as_str().unwrap_or(""))
+                            .ok_or_else(|| anyhow!("bad call_timeout {v}"))?,
+                    );
+                }
                 let writer = self.storage()?.create_writer_with(
                     name,
                     KeyGroupRange { start, end },
@@ -801,7 +798,9 @@ fn run(scenario: &Map<String, Value>) -> Result<()> {
         config.set(key, &value)?;
     }
     let store = FaultStore::new(&config.job_dir());
-    let storage = ChangelogStorage::open_with_store(config.clone(), store.clone())?;
+    let storage = ChangelogStorage::builder(config.clone())
+        .store(store.clone())
+        .open()?;
     let mut run = Run {
         storage: Some(storage),
         store,

@@ -70,7 +70,7 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         } else {
             args.writers
         };
-        config.max_writers = u32::try_from(writers + 16).context("--writers is too large")?;
+        config.set("dstl.writer.max-writers", &(writers + 16).to_string())?;
         let storage = ChangelogStorage::open(config)?;
         let result = workload::density(&storage, writers)?;
         if args.json {
@@ -92,8 +92,10 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         load.changes /= 100;
         load.checkpoint_every = load.checkpoint_every.div_ceil(100);
     }
-    config.compression |= compression;
-    let fsync = config.local_fsync;
+    if compression {
+        config.set_compression(true);
+    }
+    let fsync = config.local_fsync();
     let job_dir = config.job_dir();
     let storage = ChangelogStorage::open(config)?;
     let summary = workload::run(&storage, &load, &|_| {})?;
@@ -166,7 +168,7 @@ fn recovery(
         load.changes /= 25;
         load.checkpoint_every /= 25;
     }
-    config.compression = true;
+    config.set_compression(true);
     let storage = ChangelogStorage::open(config)?;
     let started = std::time::Instant::now();
     let snapshots = recovery::write(&storage, &load)?;

@@ -165,7 +165,7 @@ fn config_toml(config: &dstl::Config) -> String {
     for (key, value) in config.entries() {
         let quoted = |v: &str| toml::Value::String(v.to_string()).to_string();
         let line = match key {
-            "dstl.local-recovery.dir" => match &config.local_dir {
+            "dstl.local-recovery.dir" => match &config.local_dir() {
                 Some(dir) => format!("{key} = {}", quoted(&dir.to_string_lossy())),
                 None => format!("# {key}: unset, local copies go to {value}"),
             },

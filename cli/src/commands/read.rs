@@ -18,7 +18,7 @@ pub(super) fn read(path: &Path, digest: bool, local: bool, conf: &ConfArgs) -> a
     } else {
         manifest.remote_handle()
     };
-    let files = dstl::FileSource::new(Some(config.s3.clone()));
+    let files = dstl::FileSource::new(Some(config.s3().clone()));
     let changes = dstl::reader::read_handle(&handle, &files)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());

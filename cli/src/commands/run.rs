@@ -58,7 +58,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut config = args.conf.build(DEFAULT_DIR)?;
     args.target.apply(&mut config)?;
     if args.compression {
-        config.compression = true;
+        config.set_compression(true);
     }
     let workload = Workload {
         writers: args.writers,

@@ -184,7 +184,7 @@ pub fn read_back(
         .cache()
         .map(|c| c.hits_and_misses())
         .unwrap_or_default();
-    let files = FileSource::new(Some(storage.config().s3.clone()));
+    let files = FileSource::new(Some(storage.config().s3().clone()));
     let started = Instant::now();
     for snapshot in snapshots {
         let read = read_handle(&snapshot.handle, &files)?;

@@ -306,7 +306,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_preemptiveThreshold(
             let storage = unsafe { storage(handle) };
             let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
             Ok(guard.as_ref().map_or(i64::MAX, |open| {
-                i64::try_from(open.config().preemptive_persist_threshold).unwrap_or(i64::MAX)
+                i64::try_from(open.config().preemptive_persist_threshold()).unwrap_or(i64::MAX)
             }))
         },
     )

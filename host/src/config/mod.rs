@@ -14,6 +14,7 @@ pub use syntax::{parse_duration, parse_memory};
 
 /// A key or value that cannot be used; the message names the key and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// [`Config::set`] (and the files and pairs built on it) got a key dstl does not have
     /// (a typo, or a Flink key dstl does not implement).
@@ -57,87 +58,253 @@ pub enum ConfigError {
     },
 }
 
-/// Effective configuration of a [`crate::ChangelogStorage`].
+/// Effective configuration of a [`crate::ChangelogStorage`]: Flink's keys with Flink's
+/// defaults ([`Config::default`]), changed only through [`Config::set`] (and what is
+/// built on it: [`Config::with`], [`Config::apply_pairs`], [`Config::apply_file`] and the
+/// typed setters), each of which validates the value, so a `Config` always holds usable
+/// values. The getters read the effective values.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let config = dstl::Config::new()
+///     .with("dstl.dfs.base-path", "/var/lib/dstl")?
+///     .with("state.changelog.dstl.dfs.upload.timeout", "2 s")?;
+/// assert_eq!(config.upload_timeout(), Duration::from_secs(2));
+/// assert!(dstl::Config::new().with("dstl.dfs.base-path", "ftp://x").is_err());
+/// # Ok::<(), dstl::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Root directory for changelog files (`dstl.dfs.base-path`).
-    pub base_path: PathBuf,
+    pub(crate) base_path: PathBuf,
     /// Snappy-frame files (`dstl.dfs.compression.enabled`).
-    pub compression: bool,
+    pub(crate) compression: bool,
     /// Fsync every file and new directory of a local store before its upload counts
     /// (`dstl.dfs.local.fsync`). Off trades durability on power loss for speed, as
     /// Flink's local file system does; files still appear only whole.
-    pub local_fsync: bool,
+    pub(crate) local_fsync: bool,
     /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
-    pub preemptive_persist_threshold: u64,
+    pub(crate) preemptive_persist_threshold: u64,
     /// Batching delay (`dstl.dfs.batch.persist-delay`).
-    pub persist_delay: Duration,
+    pub(crate) persist_delay: Duration,
     /// Queued bytes that force a batch (`dstl.dfs.batch.persist-size-threshold`).
-    pub persist_size_threshold: u64,
+    pub(crate) persist_size_threshold: u64,
     /// Write buffer of one upload to a local directory: change-set blocks are gathered into
     /// writes of this size (`dstl.dfs.upload.buffer-size`). An object store receives a
     /// file in one request.
-    pub upload_buffer_size: u64,
+    pub(crate) upload_buffer_size: u64,
     /// Concurrent uploads (`dstl.dfs.upload.num-threads`).
-    pub upload_threads: usize,
+    pub(crate) upload_threads: usize,
     /// Threads deleting unused files, so at most this many deletions run at once
     /// (`dstl.dfs.discard.num-threads`).
-    pub discard_threads: usize,
+    pub(crate) discard_threads: usize,
     /// In-flight byte limit (`dstl.dfs.upload.max-in-flight`).
-    pub max_in_flight: u64,
+    pub(crate) max_in_flight: u64,
     /// `fixed` or `none` (`dstl.dfs.upload.retry-policy`).
-    pub retry_policy: RetryPolicyKind,
+    pub(crate) retry_policy: RetryPolicyKind,
     /// Per-attempt timeout (`dstl.dfs.upload.timeout`).
-    pub upload_timeout: Duration,
+    pub(crate) upload_timeout: Duration,
     /// Attempts including the first (`dstl.dfs.upload.max-attempts`).
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
     /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
-    pub next_attempt_delay: Duration,
+    pub(crate) next_attempt_delay: Duration,
     /// Idle time after which a recovery cache file is dropped; 0 turns the cache off
     /// (`dstl.dfs.download.local-cache.idle-timeout-ms`).
-    pub cache_idle_timeout: Duration,
+    pub(crate) cache_idle_timeout: Duration,
     /// Bytes the recovery cache holds at most (`dstl.recovery.cache-size`).
-    pub recovery_cache_size: u64,
+    pub(crate) recovery_cache_size: u64,
     /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
     /// (`dstl.job-id`, random by default).
-    pub job_id: String,
+    pub(crate) job_id: String,
     /// Keep a local copy of every upload and build local handles (`dstl.local-recovery.enabled`).
-    pub local_recovery: bool,
+    pub(crate) local_recovery: bool,
     /// Where local copies go (`dstl.local-recovery.dir`, default `<base>/local`).
-    pub local_dir: Option<PathBuf>,
+    pub(crate) local_dir: Option<PathBuf>,
     /// Linear-memory cap of one writer's sandbox (`dstl.writer.memory-limit`).
-    pub writer_memory_limit: u64,
+    pub(crate) writer_memory_limit: u64,
     /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
-    pub max_writers: u32,
+    pub(crate) max_writers: u32,
     /// How long one call into a writer's sandbox may run before it is interrupted
     /// (`dstl.writer.call-timeout`).
-    pub writer_call_timeout: Duration,
+    pub(crate) writer_call_timeout: Duration,
     /// Whether the wasm engine turns faults in guest code into traps through signal
     /// handlers (`dstl.writer.signals-based-traps`). Off, it checks bounds explicitly and
     /// installs no handler: what an embedding in a JVM needs, whose own SIGSEGV handler
     /// must stay in front.
-    pub signals_based_traps: bool,
+    pub(crate) signals_based_traps: bool,
     /// Whether writers run on an engine of this storage's own or on one shared by every
     /// storage of the process opened with the same engine settings
     /// (`dstl.writer.engine`: `storage` or `process`). A shared engine reserves its
     /// instance pool (`dstl.writer.max-writers`) once per process, however many
     /// storages (jobs) are open, and `max-writers` then bounds them all together.
-    pub shared_engine: bool,
+    pub(crate) shared_engine: bool,
     /// How to reach S3-compatible stores (`dstl.s3.*`).
-    pub s3: crate::store::S3Settings,
+    pub(crate) s3: crate::store::S3Settings,
     /// Distinct writer names that get a `writer` label of their own in the metrics; later
     /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
     /// [`crate::telemetry`]).
-    pub metrics_writer_label_limit: usize,
+    pub(crate) metrics_writer_label_limit: usize,
 }
 
 /// The retry policies (Flink's `fixed` and `none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryPolicyKind {
     /// Retry with a per-attempt timeout, `max_attempts` in all.
     Fixed,
     /// One attempt, no timeout.
     None,
+}
+
+/// The effective values.
+impl Config {
+    /// Root directory for changelog files (`dstl.dfs.base-path`).
+    pub fn base_path(&self) -> &std::path::Path {
+        &self.base_path
+    }
+
+    /// Snappy-frame files (`dstl.dfs.compression.enabled`).
+    pub fn compression(&self) -> bool {
+        self.compression
+    }
+
+    /// Fsync every file and new directory of a local store before its upload counts
+    /// (`dstl.dfs.local.fsync`). Off trades durability on power loss for speed, as
+    /// Flink's local file system does; files still appear only whole.
+    pub fn local_fsync(&self) -> bool {
+        self.local_fsync
+    }
+
+    /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
+    pub fn preemptive_persist_threshold(&self) -> u64 {
+        self.preemptive_persist_threshold
+    }
+
+    /// Batching delay (`dstl.dfs.batch.persist-delay`).
+    pub fn persist_delay(&self) -> Duration {
+        self.persist_delay
+    }
+
+    /// Queued bytes that force a batch (`dstl.dfs.batch.persist-size-threshold`).
+    pub fn persist_size_threshold(&self) -> u64 {
+        self.persist_size_threshold
+    }
+
+    /// Write buffer of one upload to a local directory: change-set blocks are gathered into
+    /// writes of this size (`dstl.dfs.upload.buffer-size`). An object store receives a
+    /// file in one request.
+    pub fn upload_buffer_size(&self) -> u64 {
+        self.upload_buffer_size
+    }
+
+    /// Concurrent uploads (`dstl.dfs.upload.num-threads`).
+    pub fn upload_threads(&self) -> usize {
+        self.upload_threads
+    }
+
+    /// Threads deleting unused files, so at most this many deletions run at once
+    /// (`dstl.dfs.discard.num-threads`).
+    pub fn discard_threads(&self) -> usize {
+        self.discard_threads
+    }
+
+    /// In-flight byte limit (`dstl.dfs.upload.max-in-flight`).
+    pub fn max_in_flight(&self) -> u64 {
+        self.max_in_flight
+    }
+
+    /// `fixed` or `none` (`dstl.dfs.upload.retry-policy`).
+    pub fn retry_policy(&self) -> RetryPolicyKind {
+        self.retry_policy
+    }
+
+    /// Per-attempt timeout (`dstl.dfs.upload.timeout`).
+    pub fn upload_timeout(&self) -> Duration {
+        self.upload_timeout
+    }
+
+    /// Attempts including the first (`dstl.dfs.upload.max-attempts`).
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
+    pub fn next_attempt_delay(&self) -> Duration {
+        self.next_attempt_delay
+    }
+
+    /// Idle time after which a recovery cache file is dropped; 0 turns the cache off
+    /// (`dstl.dfs.download.local-cache.idle-timeout-ms`).
+    pub fn cache_idle_timeout(&self) -> Duration {
+        self.cache_idle_timeout
+    }
+
+    /// Bytes the recovery cache holds at most (`dstl.recovery.cache-size`).
+    pub fn recovery_cache_size(&self) -> u64 {
+        self.recovery_cache_size
+    }
+
+    /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
+    /// (`dstl.job-id`, random by default).
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// Keep a local copy of every upload and build local handles (`dstl.local-recovery.enabled`).
+    pub fn local_recovery(&self) -> bool {
+        self.local_recovery
+    }
+
+    /// Where local copies go (`dstl.local-recovery.dir`, default `<base>/local`).
+    pub fn local_dir(&self) -> Option<&std::path::Path> {
+        self.local_dir.as_deref()
+    }
+
+    /// Linear-memory cap of one writer's sandbox (`dstl.writer.memory-limit`).
+    pub fn writer_memory_limit(&self) -> u64 {
+        self.writer_memory_limit
+    }
+
+    /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
+    pub fn max_writers(&self) -> u32 {
+        self.max_writers
+    }
+
+    /// How long one call into a writer's sandbox may run before it is interrupted
+    /// (`dstl.writer.call-timeout`).
+    pub fn writer_call_timeout(&self) -> Duration {
+        self.writer_call_timeout
+    }
+
+    /// Whether the wasm engine turns faults in guest code into traps through signal
+    /// handlers (`dstl.writer.signals-based-traps`). Off, it checks bounds explicitly and
+    /// installs no handler: what an embedding in a JVM needs, whose own SIGSEGV handler
+    /// must stay in front.
+    pub fn signals_based_traps(&self) -> bool {
+        self.signals_based_traps
+    }
+
+    /// Whether writers run on an engine of this storage's own or on one shared by every
+    /// storage of the process opened with the same engine settings
+    /// (`dstl.writer.engine`: `storage` or `process`). A shared engine reserves its
+    /// instance pool (`dstl.writer.max-writers`) once per process, however many
+    /// storages (jobs) are open, and `max-writers` then bounds them all together.
+    pub fn shared_engine(&self) -> bool {
+        self.shared_engine
+    }
+
+    /// How to reach S3-compatible stores (`dstl.s3.*`).
+    pub fn s3(&self) -> &crate::store::S3Settings {
+        &self.s3
+    }
+
+    /// Distinct writer names that get a `writer` label of their own in the metrics; later
+    /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
+    /// [`crate::telemetry`]).
+    pub fn metrics_writer_label_limit(&self) -> usize {
+        self.metrics_writer_label_limit
+    }
 }
 
 impl Default for Config {
@@ -212,7 +379,82 @@ const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (byt
 const DURATION_FORM: &str = "a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)";
 
 impl Config {
-    /// Applies one `key=value` setting.
+    /// The defaults (Flink's), with a random job id: the same as [`Config::default`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// This configuration with `key` set to `value` (see [`Config::set`]), for chaining.
+    pub fn with(mut self, key: &str, value: &str) -> Result<Self, ConfigError> {
+        self.set(key, value)?;
+        Ok(self)
+    }
+
+    /// Sets where files go (`dstl.dfs.base-path`): a directory, or `s3://bucket/prefix`
+    /// (crate feature `s3`). A path that is not UTF-8 is refused.
+    pub fn set_base_path(&mut self, base: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
+        let base = base.as_ref();
+        let text = base.to_str().ok_or_else(|| ConfigError::InvalidValue {
+            key: "dstl.dfs.base-path".into(),
+            value: base.display().to_string(),
+            expected: "a UTF-8 directory path or s3://bucket/prefix",
+        })?;
+        self.set("dstl.dfs.base-path", text)
+    }
+
+    /// Sets the job id (`dstl.job-id`): 32 lowercase hexadecimal characters (Flink's
+    /// `JobID`), which names the job's directory.
+    pub fn set_job_id(&mut self, job_id: &str) -> Result<(), ConfigError> {
+        self.set("dstl.job-id", job_id)
+    }
+
+    /// Sets whether files are Snappy-framed (`dstl.dfs.compression.enabled`).
+    pub fn set_compression(&mut self, enabled: bool) {
+        self.compression = enabled;
+    }
+
+    /// Sets whether local files are fsync'd before their upload counts
+    /// (`dstl.dfs.local.fsync`).
+    pub fn set_local_fsync(&mut self, enabled: bool) {
+        self.local_fsync = enabled;
+    }
+
+    /// Sets whether every upload also gets a local copy (`dstl.local-recovery.enabled`).
+    pub fn set_local_recovery(&mut self, enabled: bool) {
+        self.local_recovery = enabled;
+    }
+
+    /// Sets the open bytes per writer that trigger an upload before any checkpoint
+    /// (`dstl.dfs.preemptive-persist-threshold`).
+    pub fn set_preemptive_persist_threshold(&mut self, bytes: u64) {
+        self.preemptive_persist_threshold = bytes;
+    }
+
+    /// Sets the batching delay (`dstl.dfs.batch.persist-delay`).
+    pub fn set_persist_delay(&mut self, delay: Duration) {
+        self.persist_delay = delay;
+    }
+
+    /// Sets the in-flight byte limit (`dstl.dfs.upload.max-in-flight`).
+    pub fn set_max_in_flight(&mut self, bytes: u64) {
+        self.max_in_flight = bytes;
+    }
+
+    /// Sets the per-attempt upload timeout (`dstl.dfs.upload.timeout`; zero waits
+    /// forever).
+    pub fn set_upload_timeout(&mut self, timeout: Duration) {
+        self.upload_timeout = timeout;
+    }
+
+    /// Sets the attempts per upload, the first included (`dstl.dfs.upload.max-attempts`):
+    /// at least 1.
+    pub fn set_max_attempts(&mut self, attempts: u32) -> Result<(), ConfigError> {
+        self.set("dstl.dfs.upload.max-attempts", &attempts.to_string())
+    }
+
+    /// Applies one `key=value` setting: `key` is one of [`KEYS`] (also with the prefix
+    /// `state.changelog.`), `value` in Flink's syntax for the key's type (`5mb`,
+    /// `10 ms`, `true`). Rejected keys and values leave the configuration unchanged.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let short = key.strip_prefix("state.changelog.").unwrap_or(key);
         let value = value.trim();
@@ -254,10 +496,11 @@ impl Config {
             "dstl.dfs.batch.persist-delay" => self.persist_delay = duration()?,
             "dstl.dfs.batch.persist-size-threshold" => self.persist_size_threshold = memory()?,
             "dstl.dfs.upload.buffer-size" => {
-                self.upload_buffer_size = memory()?;
-                if self.upload_buffer_size == 0 || self.upload_buffer_size > i32::MAX as u64 {
+                let size = memory()?;
+                if size == 0 || size > i32::MAX as u64 {
                     return Err(invalid("a size from 1 byte to 2147483647 bytes"));
                 }
+                self.upload_buffer_size = size;
             }
             "dstl.dfs.upload.num-threads" => self.upload_threads = positive()? as usize,
             "dstl.dfs.discard.num-threads" => self.discard_threads = positive()? as usize,
@@ -294,17 +537,19 @@ impl Config {
                 self.local_dir = Some(PathBuf::from(value));
             }
             "dstl.writer.memory-limit" => {
-                self.writer_memory_limit = memory()?;
-                if self.writer_memory_limit < (2 << 20) || self.writer_memory_limit > (4 << 30) {
+                let limit = memory()?;
+                if !((2 << 20)..=(4 << 30)).contains(&limit) {
                     return Err(invalid("a size from 2mb to 4gb"));
                 }
+                self.writer_memory_limit = limit;
             }
             "dstl.writer.max-writers" => self.max_writers = positive()?,
             "dstl.writer.call-timeout" => {
-                self.writer_call_timeout = duration()?;
-                if self.writer_call_timeout < Duration::from_millis(1) {
+                let timeout = duration()?;
+                if timeout < Duration::from_millis(1) {
                     return Err(invalid("a duration of at least 1 ms"));
                 }
+                self.writer_call_timeout = timeout;
             }
             "dstl.writer.signals-based-traps" => self.signals_based_traps = boolean()?,
             "dstl.writer.engine" => {

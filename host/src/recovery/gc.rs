@@ -28,6 +28,7 @@ use crate::store::{Location, S3Error, S3Store, Store, StoredFile};
 
 /// Why a collection cannot run; it then deletes nothing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GcError {
     /// The manifest directory cannot be read.
     #[error("cannot read the manifest directory {}: {source}", dir.display())]
@@ -94,6 +95,7 @@ fn list_error(what: &Path) -> impl FnOnce(std::io::Error) -> GcError + '_ {
 
 /// A file no live manifest references.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Orphan {
     /// The file.
     pub file: StoredFile,
@@ -103,6 +105,7 @@ pub struct Orphan {
 
 /// What a collection found.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Report {
     /// Files examined.
     pub examined: usize,

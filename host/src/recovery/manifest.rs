@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// Why a manifest cannot be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManifestError {
     /// [`Manifest::load`]: the file cannot be read (missing, no permission).
     #[error("cannot read manifest {}: {source}", path.display())]

@@ -17,6 +17,7 @@ use crate::store::FileSource;
 /// Why a handle could not be read ([`crate::ChangelogStorage::read`],
 /// [`crate::Recovery::read`], [`read_handle`]).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// A file the handle names could not be read: missing (deleted, or a wrong base
     /// path), unreadable, or the object store failed or refused the request.

@@ -79,7 +79,7 @@ impl Discarder {
         }
         let abandoned: Vec<String> = queue.paths.drain(..).map(|(path, _job)| path).collect();
         for path in &abandoned {
-            tracing::warn!(%path, "file not deleted before the storage closed; `dstl gc` collects it");
+            tracing::warn!(%path, "file not deleted before the storage closed; orphan collection (dstl::gc) removes it");
         }
         abandoned
     }

@@ -101,6 +101,7 @@ impl LocalRegistry {
     }
 
     /// The highest checkpoint any writer registered `path` under.
+    #[cfg(feature = "test-util")]
     pub fn last_used(&self, path: &str) -> Option<i64> {
         let files = self.files.lock().unwrap();
         files
@@ -119,6 +120,7 @@ impl LocalRegistry {
     }
 
     /// Writers that claim `path`.
+    #[cfg(feature = "test-util")]
     pub fn owners(&self, path: &str) -> Vec<WriterId> {
         let files = self.files.lock().unwrap();
         let mut owners: Vec<WriterId> = files

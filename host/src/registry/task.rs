@@ -56,11 +56,13 @@ impl TaskRegistry {
     }
 
     /// The count of a tracked file, `None` if untracked.
+    #[cfg(feature = "test-util")]
     pub fn count(&self, path: &str) -> Option<u64> {
         self.counts.lock().unwrap().get(path).copied()
     }
 
     /// Number of tracked files.
+    #[cfg(feature = "test-util")]
     pub fn tracked(&self) -> usize {
         self.counts.lock().unwrap().len()
     }

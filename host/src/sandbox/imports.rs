@@ -107,8 +107,13 @@ fn schedule(
     if result.is_ok() && !ctx.persisting {
         ctx.count_preemptive_upload();
     }
-    // The WIT boundary: the guest gets the reason as text.
-    Ok((result.map_err(|e| e.to_string()),))
+    // The WIT boundary: the guest gets the reason as text; the writer keeps the typed
+    // error for its caller.
+    Ok((result.map_err(|e| {
+        let text = e.to_string();
+        ctx.refused = Some(e);
+        text
+    }),))
 }
 
 impl registry::Host for WriterCtx {

@@ -3,10 +3,11 @@
 //! writer a store and an instance ([`instance`]) whose data ([`context`]) serves the
 //! component's imports ([`imports`]); the generated [`bindings`] and their conversions to
 //! `dstl_proto` types; traps and their kinds ([`trap`]); and the component's exported
-//! codec ([`codec`]). Above this layer nothing sees a wasmtime type.
+//! codec in a sandbox of its own for the tests (`codec`, crate feature `test-util`). Above this layer nothing sees a wasmtime type.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
+#[cfg(feature = "test-util")]
 pub(crate) mod codec;
 pub(crate) mod context;
 pub(crate) mod engine;
@@ -14,6 +15,7 @@ pub(crate) mod imports;
 pub(crate) mod instance;
 pub(crate) mod trap;
 
+#[cfg(feature = "test-util")]
 pub use codec::ComponentCodec;
 pub(crate) use context::WriterLinks;
 pub use engine::WriterComponent;

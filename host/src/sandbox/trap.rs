@@ -6,6 +6,7 @@ use super::context::{GuestFault, WriterCtx};
 
 /// Why a writer's sandbox trapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TrapKind {
     /// A call used up its CPU time (`dstl.writer.call-timeout`) and was interrupted.
     Deadline,

@@ -89,6 +89,7 @@ enum LeaseDir {
 
 /// Why a lease cannot be taken.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The lease file cannot be written.
     #[error("cannot write the lease {path}: {source}")]
@@ -114,7 +115,12 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// Takes a lease on `job` under `location` and starts refreshing it.
-    pub fn take(location: &Location, s3: &S3Settings, job: &str) -> Result<Self, LeaseError> {
+    pub fn take(
+        location: &Location,
+        s3: &S3Settings,
+        job: &str,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Self, LeaseError> {
         let name = format!("{}{LEASE_SUFFIX}", uuid::Uuid::new_v4());
         let bytes = serde_json::to_vec(&LeaseRecord::now()).expect("a record serializes");
         let (dir, path) = match location {
@@ -135,7 +141,7 @@ impl Lease {
                     .copied()
                     .collect::<Vec<_>>()
                     .join("/");
-                let store = S3Store::open_at(s3, bucket, &key_prefix)?;
+                let store = S3Store::open_at(s3, bucket, &key_prefix, runtime)?;
                 let path = store
                     .create(&name, &bytes)
                     .map_err(|source| LeaseError::Write {
@@ -157,7 +163,7 @@ impl Lease {
                         stopped.recv_timeout(REFRESH)
                     {
                         if let Err(e) = lease_dir.refresh(&lease_path, &bytes) {
-                            tracing::warn!(lease = %lease_path, error = %e, "could not refresh the lease; `dstl gc` may treat this job's files as unprotected once it expires");
+                            tracing::warn!(lease = %lease_path, error = %e, "could not refresh the lease; orphan collection (dstl::gc) may treat this job's files as unprotected once it expires");
                         }
                     }
                 })
@@ -185,7 +191,7 @@ impl Lease {
             let _ = refresher.join();
         }
         if let Err(e) = self.dir.remove(&self.path) {
-            tracing::warn!(lease = %self.path, error = %e, "could not delete the lease; `dstl gc` removes it once it expires");
+            tracing::warn!(lease = %self.path, error = %e, "could not delete the lease; orphan collection (dstl::gc) removes it once it expires");
         }
     }
 }
@@ -266,7 +272,7 @@ mod tests {
     fn a_local_lease_is_written_and_removed_with_its_directory() {
         let tmp = tempfile::tempdir().unwrap();
         let location = Location::Local(tmp.path().to_path_buf());
-        let lease = Lease::take(&location, &S3Settings::default(), "job").unwrap();
+        let lease = Lease::take(&location, &S3Settings::default(), "job", None).unwrap();
         let dir = local_lease_dir(tmp.path(), "job");
         let names: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()

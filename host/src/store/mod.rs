@@ -2,7 +2,7 @@
 //! object store. Every store makes a file visible only whole, never overwrites one, and
 //! leaves nothing behind when a create fails.
 
-pub mod lease;
+pub(crate) mod lease;
 mod local;
 mod routing;
 mod s3;
@@ -14,6 +14,7 @@ use std::time::SystemTime;
 pub use local::{LocalStore, create_dirs_durably};
 pub(crate) use local::{delete as delete_file, read};
 pub(crate) use routing::Stores;
+pub(crate) use s3::job_key_prefix;
 pub use s3::{S3Error, S3Settings, S3Store};
 pub use source::FileSource;
 
@@ -71,6 +72,7 @@ pub enum Location {
 
 /// Why a base path is not a usable location.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LocationError {
     /// A NUL character, which no path may hold.
     #[error("base path {base:?} contains a NUL character")]
@@ -91,6 +93,12 @@ pub enum LocationError {
     Bucket {
         /// The bucket.
         bucket: String,
+        /// The base path.
+        base: String,
+    },
+    /// An `s3://` URL in a build without the crate feature `s3`.
+    #[error("{base}: this build of dstl has no S3 support (enable the crate feature `s3`)")]
+    S3NotBuilt {
         /// The base path.
         base: String,
     },
@@ -119,6 +127,9 @@ impl Location {
             }
             return Ok(Location::Local(base.into()));
         };
+        if cfg!(not(feature = "s3")) {
+            return Err(LocationError::S3NotBuilt { base: base.into() });
+        }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let bucket_ok = (3..=63).contains(&bucket.len())
             && bucket

@@ -70,6 +70,7 @@ pub enum MetricUnit {
 
 /// One metric family dstl reports.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct MetricInfo {
     /// The Prometheus-style name.
     pub name: &'static str,

@@ -36,9 +36,10 @@ pub(crate) trait OutcomeSink: Send + Sync {
     fn deliver(&self, outcome: UploadOutcome);
 }
 
-/// Why an upload task failed. A writer receives it as text: persists whose change sets
-/// were in the task fail with [`crate::WriterError::UploadFailed`] carrying this message.
+/// Why an upload task failed: persists whose change sets were in the task fail with
+/// [`crate::Error::Upload`] carrying it (the writer's guest receives it as text).
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum UploadError {
     /// The last attempt the retry policy allowed failed (an I/O error of the store after
     /// `dstl.dfs.upload.max-attempts`, or an attempt that panicked).
@@ -83,4 +84,21 @@ pub enum UploadError {
         "the changelog storage was closed while the upload was still running; it was abandoned"
     )]
     Abandoned,
+}
+
+impl UploadError {
+    /// The store's I/O error behind the last failed attempt, if that is why the upload
+    /// failed.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            UploadError::Failed { cause, .. } => cause.io_error(),
+            _ => None,
+        }
+    }
+
+    /// The kind of [`UploadError::io_error`]: e.g. `StorageFull` (ENOSPC) for a full
+    /// disk, `PermissionDenied`, `NotFound` for a missing directory.
+    pub fn io_error_kind(&self) -> Option<std::io::ErrorKind> {
+        self.io_error().map(std::io::Error::kind)
+    }
 }

@@ -30,6 +30,7 @@ use crate::config::{Config, RetryPolicyKind};
 
 /// Why one attempt failed.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum AttemptError {
     /// The store failed to write the file (or the file could not be encoded): retried
     /// after `dstl.dfs.upload.next-attempt-delay` while attempts remain.
@@ -48,6 +49,14 @@ pub enum AttemptError {
 }
 
 impl AttemptError {
+    /// The store's I/O error, if this is one.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            AttemptError::Io { source, .. } => Some(source),
+            AttemptError::Fatal(_) => None,
+        }
+    }
+
     /// An I/O failure while doing `context`.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         AttemptError::Io {

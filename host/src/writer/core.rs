@@ -15,7 +15,26 @@ use crate::registry::WriterId;
 use crate::sandbox::{Call, Instance, Trap};
 use crate::services::Services;
 use crate::telemetry::WriterMetrics;
-use crate::upload::UploadOutcome;
+use crate::upload::{UploadError, UploadOutcome};
+
+/// See [`WriterCore::guest_error`].
+pub(crate) fn guest_error(
+    writer: &str,
+    source: WriterError,
+    upload: Option<&UploadError>,
+) -> Error {
+    match (source, upload) {
+        (WriterError::UploadFailed(message), Some(cause)) => Error::Upload {
+            writer: writer.to_string(),
+            message,
+            source: cause.clone(),
+        },
+        (source, _) => Error::Writer {
+            writer: writer.to_string(),
+            source,
+        },
+    }
+}
 
 /// Shared between the [`super::Writer`] handle and the uploads in flight for it (as
 /// their [`crate::upload::OutcomeSink`]).
@@ -104,6 +123,12 @@ impl WriterCore {
         }
     }
 
+    /// What the guest answered, as the caller's error: an upload failure with the
+    /// host's typed cause when the host knows it (`upload`), else the guest's error.
+    pub fn guest_error(&self, source: WriterError, upload: Option<&UploadError>) -> Error {
+        guest_error(&self.name, source, upload)
+    }
+
     /// One guest call; a trap poisons the writer.
     pub fn invoke<R>(
         &self,
@@ -112,10 +137,11 @@ impl WriterCore {
     ) -> Result<R, Error> {
         let WriterState { instance, book, .. } = state;
         let outcome = instance.as_mut().map(|instance| f(instance, book));
+        let refusal = instance.as_mut().and_then(Instance::take_refusal);
         match outcome {
             None => Err(self.trapped_error(state)),
             Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(e))) => Err(self.writer_error(e)),
+            Some(Ok(Err(e))) => Err(self.guest_error(e, refusal.as_ref())),
             Some(Err(trap)) => {
                 self.poison(state, trap);
                 Err(self.trapped_error(state))

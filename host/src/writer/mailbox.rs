@@ -48,10 +48,15 @@ impl WriterCore {
                 }
                 continue;
             }
+            let failure = match &outcome {
+                UploadOutcome::Failed { error, .. } => Some(error.clone()),
+                UploadOutcome::Succeeded { .. } => None,
+            };
             // A trap is handled by `invoke` (the writer is poisoned, its persists fail).
             let _ = self.invoke(state, |instance, book| {
                 let completions = instance.deliver(outcome)?;
-                book.tickets.resolve(&self.name, completions);
+                book.tickets
+                    .resolve(&self.name, completions, failure.as_ref());
                 Ok(Ok(()))
             });
         }

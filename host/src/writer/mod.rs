@@ -23,18 +23,47 @@ use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent, WriterLin
 use crate::services::Services;
 use crate::upload::OutcomeSink;
 
-/// Per-writer sandbox settings.
+/// Per-writer sandbox settings for [`crate::ChangelogStorage::create_writer_with`]; the
+/// storage's settings where unset. Checked when the writer is created.
+///
+/// ```
+/// let options = dstl::WriterOptions::new()
+///     .memory_limit(16 << 20)
+///     .call_timeout(std::time::Duration::from_secs(1));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct WriterOptions {
-    /// Linear-memory cap of this writer's sandbox; the storage's
-    /// `dstl.writer.memory-limit` when `None`.
-    pub memory_limit: Option<u64>,
-    /// CPU time one call into this writer's sandbox may use; the storage's
-    /// `dstl.writer.call-timeout` when `None`.
-    pub call_timeout: Option<Duration>,
-    /// Another build of the writer component (it must implement the same WIT world);
-    /// the component built into dstl when `None`.
-    pub component: Option<WriterComponent>,
+    pub(crate) memory_limit: Option<u64>,
+    pub(crate) call_timeout: Option<Duration>,
+    pub(crate) component: Option<WriterComponent>,
+}
+
+impl WriterOptions {
+    /// The storage's settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Caps this writer's linear memory at `bytes` (from 2 MiB up to the storage's
+    /// `dstl.writer.memory-limit`); growth past it traps the writer.
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// The CPU time one call into this writer's sandbox may use (at least 1 ms).
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// Runs this writer on another build of the writer component
+    /// ([`crate::ChangelogStorage::compile_component`]; it must implement the same WIT
+    /// world) instead of the one built into dstl.
+    pub fn component(mut self, component: WriterComponent) -> Self {
+        self.component = Some(component);
+        self
+    }
 }
 
 /// One operator's writer. Calls are serialized; the handle can be shared across threads.
@@ -272,7 +301,7 @@ impl Writer {
                 Err(e) => return Ok(Err(e)),
             };
             book.closed = true;
-            book.tickets.resolve(name, completions);
+            book.tickets.resolve(name, completions, None);
             instance.release_unreturned();
             Ok(Ok(()))
         })

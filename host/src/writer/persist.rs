@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::telemetry::WriterMetrics;
+use crate::upload::UploadError;
 
 /// What a persist ends with.
 pub(crate) type Outcome = Result<SnapshotResult, Error>;
@@ -39,8 +40,14 @@ impl Tickets {
         PersistFuture::waiting(writer.to_string(), rx)
     }
 
-    /// Completes the persists the guest finished.
-    pub fn resolve(&mut self, writer: &str, completions: Vec<PersistCompletion>) {
+    /// Completes the persists the guest finished; those that failed because of `upload`
+    /// (the failure the guest was just told of) fail with its typed cause.
+    pub fn resolve(
+        &mut self,
+        writer: &str,
+        completions: Vec<PersistCompletion>,
+        upload: Option<&UploadError>,
+    ) {
         for completion in completions {
             let Some((tx, started)) = self.pending.remove(&completion.ticket) else {
                 tracing::warn!(
@@ -54,10 +61,9 @@ impl Tickets {
                 Ok(_) => self.metrics.persist_succeeded(started),
                 Err(_) => self.metrics.persist_failed(),
             }
-            let outcome = completion.outcome.map_err(|source| Error::Writer {
-                writer: writer.to_string(),
-                source,
-            });
+            let outcome = completion
+                .outcome
+                .map_err(|source| super::core::guest_error(writer, source, upload));
             // The caller may have dropped the future; that is fine.
             let _ = tx.send(outcome);
         }
@@ -78,12 +84,16 @@ impl Tickets {
 }
 
 /// The outcome of a persist: ready at once, or completed by the writer's mailbox.
+/// `.await` it, block on it with [`PersistFuture::wait`], or poll it with
+/// [`PersistFuture::try_wait`]; once known, the outcome stays available to all three.
 pub struct PersistFuture {
     state: FutureState,
+    /// The outcome was known when `persist` returned.
+    immediate: bool,
 }
 
 enum FutureState {
-    Ready(Option<Outcome>),
+    Ready(Outcome),
     Waiting {
         writer: String,
         rx: oneshot::Receiver<Outcome>,
@@ -102,39 +112,45 @@ fn dropped(writer: &str) -> Error {
 impl PersistFuture {
     pub(crate) fn ready(outcome: Outcome) -> Self {
         Self {
-            state: FutureState::Ready(Some(outcome)),
+            state: FutureState::Ready(outcome),
+            immediate: true,
         }
     }
 
     fn waiting(writer: String, rx: oneshot::Receiver<Outcome>) -> Self {
         Self {
             state: FutureState::Waiting { writer, rx },
+            immediate: false,
         }
     }
 
-    /// The outcome if the persist has completed, without waiting; `None` while it runs
-    /// (and after the outcome was taken).
+    /// The outcome if the persist has completed, without waiting; `None` while it runs.
+    /// The outcome is kept: a later `try_wait`, `wait` or `.await` returns it again.
     pub fn try_wait(&mut self) -> Option<Outcome> {
-        match &mut self.state {
-            FutureState::Ready(outcome) => outcome.take(),
-            FutureState::Waiting { writer, rx } => match rx.try_recv() {
-                Ok(outcome) => Some(outcome),
-                Err(oneshot::error::TryRecvError::Empty) => None,
-                Err(oneshot::error::TryRecvError::Closed) => Some(Err(dropped(writer))),
-            },
+        if let FutureState::Waiting { writer, rx } = &mut self.state {
+            let outcome = match rx.try_recv() {
+                Ok(outcome) => outcome,
+                Err(oneshot::error::TryRecvError::Empty) => return None,
+                Err(oneshot::error::TryRecvError::Closed) => Err(dropped(writer)),
+            };
+            self.state = FutureState::Ready(outcome);
+        }
+        match &self.state {
+            FutureState::Ready(outcome) => Some(outcome.clone()),
+            FutureState::Waiting { .. } => None,
         }
     }
 
     /// True if the result was available when `persist` returned (nothing to upload).
     pub fn is_immediate(&self) -> bool {
-        matches!(self.state, FutureState::Ready(_))
+        self.immediate
     }
 
     /// Blocks the calling thread until the persist completes. In async code, `.await`
     /// the future instead (blocking inside a runtime is refused by tokio).
     pub fn wait(self) -> Outcome {
         match self.state {
-            FutureState::Ready(outcome) => outcome.expect("persist outcome taken twice"),
+            FutureState::Ready(outcome) => outcome,
             FutureState::Waiting { writer, rx } => {
                 rx.blocking_recv().unwrap_or_else(|_| Err(dropped(&writer)))
             }
@@ -161,15 +177,17 @@ impl Future for PersistFuture {
     type Output = Outcome;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        match &mut self.state {
-            FutureState::Ready(outcome) => Poll::Ready(
-                outcome
-                    .take()
-                    .expect("persist future polled after completion"),
-            ),
-            FutureState::Waiting { writer, rx } => Pin::new(rx)
-                .poll(cx)
-                .map(|r| r.unwrap_or_else(|_| Err(dropped(writer)))),
+        let this = &mut *self;
+        if let FutureState::Waiting { writer, rx } = &mut this.state {
+            let outcome = match Pin::new(rx).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(received) => received.unwrap_or_else(|_| Err(dropped(writer))),
+            };
+            this.state = FutureState::Ready(outcome);
+        }
+        match &this.state {
+            FutureState::Ready(outcome) => Poll::Ready(outcome.clone()),
+            FutureState::Waiting { .. } => Poll::Pending,
         }
     }
 }

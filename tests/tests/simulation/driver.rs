@@ -682,10 +682,7 @@ impl Sim {
         ));
         let snapshot = match outcome {
             Ok(snapshot) => snapshot,
-            Err(Error::Writer {
-                source: WriterError::UploadFailed(_),
-                ..
-            }) => {
+            Err(Error::Upload { .. }) => {
                 let w = &mut self.model.writers[i];
                 w.failed_ranges.push((from, to));
                 w.persists[persist].state = PersistState::Failed;

@@ -1,4 +1,4 @@
-//! S3-compatible object stores through the `object_store` crate.
+//! The S3 client, through the `object_store` crate (crate feature `s3`).
 //!
 //! Files are created with a conditional put (`If-None-Match: *`), so a file is never
 //! overwritten and appears whole. A conditional put whose response was lost is retried by
@@ -17,82 +17,8 @@ use object_store::{
     ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
 };
 
-use super::{Store, StoredFile};
-
-/// How to reach an S3-compatible service. Unset fields fall back to the usual AWS
-/// environment variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
-/// `AWS_SECRET_ACCESS_KEY`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct S3Settings {
-    /// Endpoint URL, e.g. `http://127.0.0.1:8333`.
-    pub endpoint: Option<String>,
-    /// Region (default `us-east-1`).
-    pub region: Option<String>,
-    /// Access key id.
-    pub access_key_id: Option<String>,
-    /// Secret access key.
-    pub secret_access_key: Option<String>,
-    /// Allow plain http; by default only for loopback endpoints.
-    pub allow_http: Option<bool>,
-    /// Timeout of one HTTP request (default 30 s).
-    pub request_timeout: Option<Duration>,
-}
-
-impl S3Settings {
-    fn resolved(&self) -> S3Settings {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        S3Settings {
-            endpoint: self.endpoint.clone().or_else(|| env("AWS_ENDPOINT_URL")),
-            region: self
-                .region
-                .clone()
-                .or_else(|| env("AWS_REGION"))
-                .or_else(|| env("AWS_DEFAULT_REGION")),
-            access_key_id: self
-                .access_key_id
-                .clone()
-                .or_else(|| env("AWS_ACCESS_KEY_ID")),
-            secret_access_key: self
-                .secret_access_key
-                .clone()
-                .or_else(|| env("AWS_SECRET_ACCESS_KEY")),
-            allow_http: self.allow_http,
-            request_timeout: self.request_timeout,
-        }
-    }
-}
-
-fn is_loopback_http(endpoint: &str) -> bool {
-    let Some(rest) = endpoint.strip_prefix("http://") else {
-        return false;
-    };
-    let host = rest.split(['/', '?']).next().unwrap_or_default();
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.split_once(']').map(|(h, _)| h))
-        .unwrap_or_else(|| host.rsplit_once(':').map_or(host, |(h, _)| h));
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Why an S3 store cannot be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum S3Error {
-    /// The settings do not make a client.
-    #[error("invalid S3 settings for bucket {bucket}: {source}")]
-    Settings {
-        /// The bucket.
-        bucket: String,
-        /// What the client said.
-        #[source]
-        source: object_store::Error,
-    },
-    /// The client's runtime did not start.
-    #[error("cannot start the S3 client runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-}
+use super::{S3Error, S3Settings, is_loopback_http};
+use crate::store::{Store, StoredFile};
 
 /// One bucket (and key prefix) of an S3-compatible service.
 pub struct S3Store {
@@ -100,29 +26,46 @@ pub struct S3Store {
     bucket: String,
     /// Key prefix of this store's files, without trailing `/`.
     prefix: String,
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: ClientRuntime,
+}
+
+/// Where the client's requests run: a runtime of the store's own (`dstl-s3`), or the
+/// caller's (a storage opened on the caller's runtime).
+enum ClientRuntime {
+    Own(Option<tokio::runtime::Runtime>),
+    Caller(tokio::runtime::Handle),
 }
 
 impl S3Store {
-    /// A store writing to `s3://bucket/<prefix>/<job_id>/dstl/`.
+    /// A store writing to `s3://bucket/<prefix>/<job_id>/dstl/`, with a runtime of its
+    /// own for the client. Checks the credentials first and probes the bucket with one
+    /// request, so missing or refused credentials and an unreachable endpoint are
+    /// reported here rather than by the first upload.
     pub fn open(
         settings: &S3Settings,
         bucket: &str,
         prefix: &str,
         job_id: &str,
     ) -> Result<Self, S3Error> {
-        let prefix = [prefix, job_id, if job_id.is_empty() { "" } else { "dstl" }]
-            .iter()
-            .filter(|p| !p.is_empty())
-            .copied()
-            .collect::<Vec<_>>()
-            .join("/");
-        Self::open_at(settings, bucket, &prefix)
+        Self::open_at(
+            settings,
+            bucket,
+            &super::job_key_prefix(prefix, job_id),
+            None,
+        )
     }
 
-    /// A store writing to `s3://bucket/<key_prefix>/` (no leading or trailing `/`).
-    pub fn open_at(settings: &S3Settings, bucket: &str, key_prefix: &str) -> Result<Self, S3Error> {
+    /// A store writing to `s3://bucket/<key_prefix>/` (no leading or trailing `/`); its
+    /// requests run on `runtime` (a multi-threaded runtime with I/O and time enabled),
+    /// or on a runtime of its own when `None`.
+    pub(crate) fn open_at(
+        settings: &S3Settings,
+        bucket: &str,
+        key_prefix: &str,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Self, S3Error> {
         let settings = settings.resolved();
+        settings.check_credentials(bucket)?;
         let mut builder = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(settings.region.as_deref().unwrap_or("us-east-1"))
@@ -153,21 +96,71 @@ impl S3Store {
         }
         let client = builder.build().map_err(|source| S3Error::Settings {
             bucket: bucket.to_string(),
-            source,
+            source: Box::new(source),
         })?;
-        let prefix = key_prefix.to_string();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("dstl-s3")
-            .enable_all()
-            .build()
-            .map_err(S3Error::Runtime)?;
-        Ok(Self {
+        let runtime = match runtime {
+            Some(handle) => ClientRuntime::Caller(handle),
+            None => ClientRuntime::Own(Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("dstl-s3")
+                    .enable_all()
+                    .build()
+                    .map_err(S3Error::Runtime)?,
+            )),
+        };
+        let store = Self {
             client: Arc::new(client),
             bucket: bucket.to_string(),
-            prefix,
-            runtime: Some(runtime),
-        })
+            prefix: key_prefix.to_string(),
+            runtime,
+        };
+        store.probe(&settings)?;
+        Ok(store)
+    }
+
+    /// One cheap authenticated request (the metadata of a key that need not exist):
+    /// credentials the service refuses, a missing bucket or a dead endpoint fail here.
+    /// Bounded by the request timeout, at most 10 s, whatever the client's retries.
+    fn probe(&self, settings: &S3Settings) -> Result<(), S3Error> {
+        let endpoint = settings
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| "AWS S3".to_string());
+        let key = Key::from(
+            [self.prefix.as_str(), ".dstl-probe"]
+                .iter()
+                .filter(|p| !p.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join("/"),
+        );
+        let limit = settings
+            .request_timeout
+            .unwrap_or(Duration::from_secs(10))
+            .min(Duration::from_secs(10));
+        let outcome =
+            self.block(async { tokio::time::timeout(limit, self.client.head(&key)).await });
+        let unreachable = |source: Box<dyn std::error::Error + Send + Sync>| S3Error::Unreachable {
+            bucket: self.bucket.clone(),
+            endpoint: endpoint.clone(),
+            source,
+        };
+        match outcome {
+            Ok(Ok(_)) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
+            Ok(Err(
+                e @ (object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }),
+            )) => Err(S3Error::Refused {
+                bucket: self.bucket.clone(),
+                endpoint,
+                source: Box::new(e),
+            }),
+            Ok(Err(e)) => Err(unreachable(Box::new(e))),
+            Err(_) => Err(unreachable(
+                format!("no answer within {} ms", limit.as_millis()).into(),
+            )),
+        }
     }
 
     /// Runs a request to completion from synchronous code (never from a runtime worker:
@@ -176,24 +169,27 @@ impl S3Store {
     where
         F::Output: Send,
     {
-        let runtime = self
-            .runtime
-            .as_ref()
-            .expect("runtime lives as long as the store");
+        let handle = match &self.runtime {
+            ClientRuntime::Own(runtime) => runtime
+                .as_ref()
+                .expect("runtime lives as long as the store")
+                .handle(),
+            ClientRuntime::Caller(handle) => handle,
+        };
         if tokio::runtime::Handle::try_current().is_ok() {
             std::thread::scope(|s| {
-                s.spawn(|| runtime.block_on(future))
+                s.spawn(|| handle.block_on(future))
                     .join()
                     .expect("S3 request panicked")
             })
         } else {
-            runtime.block_on(future)
+            handle.block_on(future)
         }
     }
 
     /// Replaces the content of `path`, a file of this store, with `bytes` (or creates
     /// it): for small records that change, never for changelog files.
-    pub fn overwrite(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn overwrite(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
         let key = self.key(path)?;
         let payload = PutPayload::from(bytes.to_vec());
         self.block(self.client.put(&key, payload))
@@ -322,23 +318,10 @@ impl Store for S3Store {
 
 impl Drop for S3Store {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
+        if let ClientRuntime::Own(runtime) = &mut self.runtime
+            && let Some(runtime) = runtime.take()
+        {
             runtime.shutdown_background();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_http_only_for_loopback() {
-        assert!(is_loopback_http("http://127.0.0.1:8333"));
-        assert!(is_loopback_http("http://localhost:9000/"));
-        assert!(is_loopback_http("http://[::1]:9000"));
-        assert!(!is_loopback_http("http://10.0.0.1:9000"));
-        assert!(!is_loopback_http("https://127.0.0.1:9000"));
-        assert!(!is_loopback_http("http://example.com"));
     }
 }
