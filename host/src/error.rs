@@ -86,6 +86,17 @@ pub enum Error {
 pub struct SandboxError(String);
 
 impl Error {
+    /// What [`Error::Setup`] failed with, for downcasting to the typed error (e.g.
+    /// [`crate::S3Error`], `std::io::Error`), as `std::io::Error::get_ref` does; `None`
+    /// for other variants. (Walking [`std::error::Error::source`] skips this level: the
+    /// cause is shared through an `Arc`, whose own `source` is its content's.)
+    pub fn setup_cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::Setup { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+
     /// The writer error inside, if this is one.
     pub fn writer_error(&self) -> Option<&WriterError> {
         match self {

@@ -132,7 +132,8 @@ pub use sandbox::ComponentCodec;
 pub use sandbox::WriterComponent;
 pub use storage::{ChangelogStorage, StorageBuilder};
 pub use store::{
-    FileSource, LocalStore, Location, LocationError, S3Settings, S3Store, Store, StoredFile,
+    FileSource, LocalStore, Location, LocationError, S3Error, S3Settings, S3Store, Store,
+    StoredFile,
 };
 pub use upload::UploadError;
 pub use upload::retry::AttemptError;

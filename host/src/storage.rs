@@ -56,7 +56,7 @@ pub struct ChangelogStorage {
 /// let config = dstl::Config::new().with("dstl.dfs.base-path", &dir.path().to_string_lossy())?;
 /// let runtime = tokio::runtime::Runtime::new()?;
 /// // Uploads, retries and the batching timer run on this runtime: no threads of dstl's own
-/// // but the engine's epoch ticker and the deletion pool.
+/// // but the engine's epoch ticker, the deletion pool and the lease refresher.
 /// let storage = dstl::ChangelogStorage::builder(config)
 ///     .runtime(runtime.handle().clone())
 ///     .open()?;
