@@ -257,6 +257,14 @@ fn run_and_read(compression: bool) -> ReadBack {
     }
     let summary = parse_summary(&ok(tmp.path(), &args));
     assert_eq!(summary["verified"], json!(true), "{summary}");
+    // --manifests keeps the data, and `dir` says where: absolute, under --dir.
+    assert_eq!(summary["kept"], json!(true), "{summary}");
+    let dir = PathBuf::from(summary["dir"].as_str().expect("dir"));
+    assert!(
+        dir.is_absolute() && dir.starts_with(std::fs::canonicalize(&data).unwrap()),
+        "{summary}"
+    );
+    assert!(dir.is_dir(), "{summary}");
     assert_eq!(count(&summary, "writers"), 3);
     assert_eq!(count(&summary, "changes"), 30_000);
     assert_eq!(count(&summary, "payload_bytes"), 30_000 * 100);
@@ -400,29 +408,6 @@ fn same_seed_same_changes_other_seed_other_changes() {
     };
     assert_eq!(digest_of("7"), digest_of("7"));
     assert_ne!(digest_of("7"), digest_of("8"));
-}
-
-#[test]
-fn run_defaults_into_dstl_data_with_human_summary() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = ok(tmp.path(), &["run"]);
-    assert!(out.contains("verified"), "{out}");
-    assert!(out.contains("yes"), "verified yes: {out}");
-    assert!(
-        serde_json::from_str::<Value>(out.trim()).is_err(),
-        "human summary, not JSON"
-    );
-    let data = tmp.path().join("dstl-data");
-    assert!(data.is_dir(), "./dstl-data created");
-    let files = files_under(&data);
-    assert!(!files.is_empty(), "changelog files under ./dstl-data");
-    for file in &files {
-        // <job-id>/dstl/<file>
-        let rel = file.strip_prefix(&data).unwrap();
-        let parts: Vec<_> = rel.components().collect();
-        assert_eq!(parts.len(), 3, "{}", rel.display());
-        assert_eq!(parts[1].as_os_str(), "dstl", "{}", rel.display());
-    }
 }
 
 /// One line `change set #I at offset O: B bytes, G groups, C changes, P payload bytes`.

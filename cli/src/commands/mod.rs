@@ -16,6 +16,7 @@ use dstl::Config;
 
 use self::bench::BenchArgs;
 use self::gc::GcArgs;
+pub use self::run::Interrupted;
 use self::run::RunArgs;
 
 /// A durable short-term log of keyed-state changes.
@@ -106,7 +107,8 @@ impl ConfArgs {
 /// Where the files are: a directory or an object store URL.
 #[derive(Args, Debug, Default)]
 pub(super) struct Target {
-    /// Directory for changelog files [default: ./dstl-data].
+    /// Base directory: changelog files go to <DIR>/<job-id>/dstl/ [default: ./dstl-data;
+    /// `dstl run` without --keep or --manifests: a fresh temporary directory].
     #[arg(long, conflicts_with = "store")]
     dir: Option<PathBuf>,
     /// An object store URL instead of a directory: s3://bucket/prefix.
