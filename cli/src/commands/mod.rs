@@ -49,13 +49,17 @@ enum Command {
         #[command(flatten)]
         conf: ConfArgs,
     },
-    /// Read many snapshots, as a recovery does (each file read once while in use), from a
-    /// handle list in the Flink harness's format (`{"snapshots": [{"name",
-    /// "keyGroupRange", "handles": [{"path", "offset", "fileSize"}]}]}`); prints
-    /// `NAME<TAB>CHANGES<TAB>SHA256` per snapshot.
+    /// Read many snapshots, as a recovery does (each file read once while in use), from
+    /// handle lists in the Flink harness's format (`{"snapshots": [{"name",
+    /// "keyGroupRange", "handles": [{"path", "offset", "fileSize"}]}]}`) and dstl
+    /// manifests; prints `NAME<TAB>CHANGES<TAB>SHA256` per snapshot (a manifest's NAME is
+    /// its `writer`, else its file name without `.json`).
     ReadList {
-        /// The handle list (JSON).
-        list: PathBuf,
+        /// Handle lists, manifests (told apart by their `snapshots` or `entries` field),
+        /// or directories of them (every `*.json` file, in name order, as `dstl run
+        /// --manifests DIR` writes them).
+        #[arg(required = true, value_name = "FILE|DIR")]
+        inputs: Vec<PathBuf>,
         #[command(flatten)]
         conf: ConfArgs,
     },
@@ -143,7 +147,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             local,
             conf,
         } => read::read(&manifest, digest, local, &conf),
-        Command::ReadList { list, conf } => read::read_list(&list, &conf),
+        Command::ReadList { inputs, conf } => read::read_list(&inputs, &conf),
         Command::Inspect { file, values } => inspect::inspect(&file, values),
         Command::Gc(args) => gc::gc(args),
         Command::Bench(args) => bench::bench(args),
