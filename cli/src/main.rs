@@ -30,6 +30,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // A run stopped by a signal exits as a shell reports one the signal ended.
+            let status = e
+                .downcast_ref::<commands::Interrupted>()
+                .map_or(ExitCode::FAILURE, |i| ExitCode::from(i.exit_code()));
             let text = dstl::describe(e.as_ref());
             // Under `--log-format json` stderr is a stream of JSON objects: the final error
             // is one more (an ERROR event), unless the filter drops errors altogether.
@@ -40,7 +44,7 @@ fn main() -> ExitCode {
             } else {
                 eprintln!("error: {text}");
             }
-            ExitCode::FAILURE
+            status
         }
     }
 }

@@ -257,6 +257,14 @@ fn run_and_read(compression: bool) -> ReadBack {
     }
     let summary = parse_summary(&ok(tmp.path(), &args));
     assert_eq!(summary["verified"], json!(true), "{summary}");
+    // --manifests keeps the data, and `dir` says where: absolute, under --dir.
+    assert_eq!(summary["kept"], json!(true), "{summary}");
+    let dir = PathBuf::from(summary["dir"].as_str().expect("dir"));
+    assert!(
+        dir.is_absolute() && dir.starts_with(std::fs::canonicalize(&data).unwrap()),
+        "{summary}"
+    );
+    assert!(dir.is_dir(), "{summary}");
     assert_eq!(count(&summary, "writers"), 3);
     assert_eq!(count(&summary, "changes"), 30_000);
     assert_eq!(count(&summary, "payload_bytes"), 30_000 * 100);
@@ -402,27 +410,137 @@ fn same_seed_same_changes_other_seed_other_changes() {
     assert_ne!(digest_of("7"), digest_of("8"));
 }
 
+/// Parses `read-list` output: `NAME<TAB>CHANGES<TAB>SHA256` per line.
+fn parse_read_list(stdout: &str) -> Vec<(String, usize, String)> {
+    stdout
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert_eq!(fields.len(), 3, "not NAME<TAB>CHANGES<TAB>SHA256: {line:?}");
+            assert_eq!(fields[2].len(), 64, "{line:?}");
+            (
+                fields[0].to_string(),
+                fields[1].parse().expect("CHANGES"),
+                fields[2].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `dstl read-list` takes dstl's manifests (files, or a directory as `dstl run
+/// --manifests` writes it) as well as handle lists, in any mix, and prints for each
+/// snapshot what `dstl read --digest` prints for it.
 #[test]
-fn run_defaults_into_dstl_data_with_human_summary() {
+fn read_list_takes_manifests_directories_and_handle_lists_alike() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = ok(tmp.path(), &["run"]);
-    assert!(out.contains("verified"), "{out}");
-    assert!(out.contains("yes"), "verified yes: {out}");
-    assert!(
-        serde_json::from_str::<Value>(out.trim()).is_err(),
-        "human summary, not JSON"
+    let manifests = tmp.path().join("m");
+    ok(
+        tmp.path(),
+        &[
+            "run",
+            "--dir",
+            s(&tmp.path().join("data")),
+            "--writers",
+            "3",
+            "--changes",
+            "30000",
+            "--checkpoint-every",
+            "2000",
+            "--manifests",
+            s(&manifests),
+            "--json",
+        ],
     );
-    let data = tmp.path().join("dstl-data");
-    assert!(data.is_dir(), "./dstl-data created");
-    let files = files_under(&data);
-    assert!(!files.is_empty(), "changelog files under ./dstl-data");
-    for file in &files {
-        // <job-id>/dstl/<file>
-        let rel = file.strip_prefix(&data).unwrap();
-        let parts: Vec<_> = rel.components().collect();
-        assert_eq!(parts.len(), 3, "{}", rel.display());
-        assert_eq!(parts[1].as_os_str(), "dstl", "{}", rel.display());
-    }
+    let digests: Vec<(String, usize, String)> = (0..3)
+        .map(|i| {
+            let name = format!("op-{i}");
+            let manifest = manifests.join(format!("{name}.json"));
+            let (n, h) = parse_digest(&ok(tmp.path(), &["read", "--digest", s(&manifest)]));
+            (name, n, h)
+        })
+        .collect();
+    assert!(digests.iter().all(|(_, n, _)| *n > 0), "{digests:?}");
+
+    let two = ok(tmp.path(), &["read-list", "m/op-2.json", "m/op-0.json"]);
+    assert_eq!(
+        parse_read_list(&two),
+        [digests[2].clone(), digests[0].clone()],
+        "in argument order"
+    );
+
+    // A directory: its *.json files by name; a manifest being rewritten (`.json.tmp`) is
+    // not one of them.
+    std::fs::write(manifests.join("op-9.json.tmp"), b"{").unwrap();
+    let all = ok(tmp.path(), &["read-list", "m"]);
+    assert_eq!(parse_read_list(&all), digests);
+
+    // A manifest without `writer` is named by its file; a handle list in the Flink
+    // harness's format of the same snapshot reads the same.
+    let mut manifest = load_json(&manifests.join("op-1.json"));
+    manifest.as_object_mut().unwrap().remove("writer");
+    std::fs::create_dir(tmp.path().join("other")).unwrap();
+    std::fs::write(tmp.path().join("other/renamed.json"), manifest.to_string()).unwrap();
+    let handles: Vec<Value> = manifest["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| json!({"path": e["path"], "offset": e["offset"], "fileSize": e["file_size"]}))
+        .collect();
+    let list = json!({"snapshots": [{"name": "from-list", "keyGroupRange": [0, 127], "handles": handles}]});
+    std::fs::write(tmp.path().join("handles.json"), list.to_string()).unwrap();
+    let mixed = ok(
+        tmp.path(),
+        &[
+            "read-list",
+            "other/renamed.json",
+            "handles.json",
+            "m/op-1.json",
+        ],
+    );
+    let (_, n, h) = digests[1].clone();
+    assert_eq!(
+        parse_read_list(&mixed),
+        [
+            ("renamed".to_string(), n, h.clone()),
+            ("from-list".to_string(), n, h.clone()),
+            ("op-1".to_string(), n, h),
+        ]
+    );
+}
+
+/// A file `read-list` cannot take is named, with what it is not.
+#[test]
+fn read_list_names_a_file_that_is_neither_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let neither = "is neither a handle list (a JSON object with `snapshots`) nor a dstl manifest (a JSON object with `entries`)";
+    std::fs::write(tmp.path().join("notes.txt"), "hello").unwrap();
+    let (_, stderr) = fails(tmp.path(), &["read-list", "notes.txt"]);
+    assert!(
+        stderr.contains(&format!("notes.txt {neither}: it is not JSON")),
+        "{stderr}"
+    );
+    std::fs::write(tmp.path().join("other.json"), r#"{"foo": 1}"#).unwrap();
+    let (_, stderr) = fails(tmp.path(), &["read-list", "other.json"]);
+    assert!(
+        stderr.contains(&format!("other.json {neither}")),
+        "{stderr}"
+    );
+    std::fs::write(tmp.path().join("bad.json"), r#"{"entries": 5}"#).unwrap();
+    let (_, stderr) = fails(tmp.path(), &["read-list", "bad.json"]);
+    assert!(stderr.contains("invalid manifest bad.json: "), "{stderr}");
+    std::fs::create_dir(tmp.path().join("empty")).unwrap();
+    let (_, stderr) = fails(tmp.path(), &["read-list", "empty"]);
+    assert!(
+        stderr.contains("empty holds no manifest or handle list (no *.json file)"),
+        "{stderr}"
+    );
+    let (_, stderr) = fails(tmp.path(), &["read-list", "missing.json"]);
+    assert!(stderr.contains("cannot read missing.json: "), "{stderr}");
+    // Nothing printed for a list that fails part-way: the good file comes first here.
+    std::fs::write(tmp.path().join("good.json"), r#"{"snapshots": []}"#).unwrap();
+    let (stdout, _) = fails(tmp.path(), &["read-list", "good.json", "bad.json"]);
+    assert_eq!(stdout, "");
+    fails(tmp.path(), &["read-list"]);
 }
 
 /// One line `change set #I at offset O: B bytes, G groups, C changes, P payload bytes`.

@@ -72,6 +72,81 @@ fn run_and_read_against_an_s3_store() {
     assert!(digest.starts_with("changes=10000 sha256="), "{digest}");
 }
 
+/// A run against an object store that is not kept deletes the job's objects after
+/// verification; one that is kept leaves them; and a run that is not kept refuses a job
+/// whose prefix holds objects already (they are not the run's to delete).
+#[test]
+fn a_run_that_is_not_kept_removes_its_objects() {
+    use dstl::Store;
+    let server = seaweed::Seaweed::start("clidel");
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("s3://{}/jobs", server.bucket);
+    let conf: Vec<String> = server
+        .conf()
+        .into_iter()
+        .flat_map(|c| ["--conf".to_string(), c])
+        .collect();
+    let objects = || {
+        dstl::S3Store::open_at(&server.settings(), &server.bucket, "jobs")
+            .unwrap()
+            .list()
+            .unwrap()
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--store",
+            &url,
+            "--writers",
+            "2",
+            "--changes",
+            "20000",
+        ];
+        args.extend(extra);
+        args.extend(conf.iter().map(String::as_str));
+        dstl(tmp.path(), &args)
+    };
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout(&run(&["--json"])).trim()).unwrap();
+    assert_eq!(summary["verified"], true, "{summary}");
+    assert_eq!(summary["kept"], false, "{summary}");
+    assert!(summary["files"].as_u64().unwrap() > 0, "{summary}");
+    assert!(
+        summary["dir"]
+            .as_str()
+            .unwrap()
+            .starts_with("s3://clidel/jobs/"),
+        "{summary}"
+    );
+    assert_eq!(
+        objects(),
+        [],
+        "every object of the run deleted, its lease too"
+    );
+    assert!(!tmp.path().join("dstl-data").exists());
+
+    let job = "b".repeat(32);
+    let job_conf = format!("dstl.job-id={job}");
+    let human = stdout(&run(&["--keep", "--conf", &job_conf]));
+    assert!(
+        human.contains(&format!(
+            "data            kept in s3://clidel/jobs/{job}/dstl"
+        )),
+        "{human}"
+    );
+    let kept = objects();
+    assert!(!kept.is_empty());
+    let out = run(&["--conf", &job_conf]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("s3://clidel/jobs/{job} already holds"))
+            && stderr.contains("--keep"),
+        "{stderr}"
+    );
+    assert_eq!(objects(), kept, "nothing deleted");
+}
+
 #[test]
 fn a_bad_configuration_file_is_rejected_naming_the_key() {
     let tmp = tempfile::tempdir().unwrap();

@@ -16,6 +16,7 @@ use dstl::Config;
 
 use self::bench::BenchArgs;
 use self::gc::GcArgs;
+pub use self::run::Interrupted;
 use self::run::RunArgs;
 
 /// A durable short-term log of keyed-state changes.
@@ -48,13 +49,17 @@ enum Command {
         #[command(flatten)]
         conf: ConfArgs,
     },
-    /// Read many snapshots, as a recovery does (each file read once while in use), from a
-    /// handle list in the Flink harness's format (`{"snapshots": [{"name",
-    /// "keyGroupRange", "handles": [{"path", "offset", "fileSize"}]}]}`); prints
-    /// `NAME<TAB>CHANGES<TAB>SHA256` per snapshot.
+    /// Read many snapshots, as a recovery does (each file read once while in use), from
+    /// handle lists in the Flink harness's format (`{"snapshots": [{"name",
+    /// "keyGroupRange", "handles": [{"path", "offset", "fileSize"}]}]}`) and dstl
+    /// manifests; prints `NAME<TAB>CHANGES<TAB>SHA256` per snapshot (a manifest's NAME is
+    /// its `writer`, else its file name without `.json`).
     ReadList {
-        /// The handle list (JSON).
-        list: PathBuf,
+        /// Handle lists, manifests (told apart by their `snapshots` or `entries` field),
+        /// or directories of them (every `*.json` file, in name order, as `dstl run
+        /// --manifests DIR` writes them).
+        #[arg(required = true, value_name = "FILE|DIR")]
+        inputs: Vec<PathBuf>,
         #[command(flatten)]
         conf: ConfArgs,
     },
@@ -106,7 +111,8 @@ impl ConfArgs {
 /// Where the files are: a directory or an object store URL.
 #[derive(Args, Debug, Default)]
 pub(super) struct Target {
-    /// Directory for changelog files [default: ./dstl-data].
+    /// Base directory: changelog files go to <DIR>/<job-id>/dstl/ [default: ./dstl-data;
+    /// `dstl run` without --keep or --manifests: a fresh temporary directory].
     #[arg(long, conflicts_with = "store")]
     dir: Option<PathBuf>,
     /// An object store URL instead of a directory: s3://bucket/prefix.
@@ -141,7 +147,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             local,
             conf,
         } => read::read(&manifest, digest, local, &conf),
-        Command::ReadList { list, conf } => read::read_list(&list, &conf),
+        Command::ReadList { inputs, conf } => read::read_list(&inputs, &conf),
         Command::Inspect { file, values } => inspect::inspect(&file, values),
         Command::Gc(args) => gc::gc(args),
         Command::Bench(args) => bench::bench(args),

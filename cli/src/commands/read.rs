@@ -1,7 +1,7 @@
 //! `dstl read`: every change of a snapshot, or its digest.
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use dstl::manifest::Manifest;
@@ -41,21 +41,132 @@ pub(super) fn read(path: &Path, digest: bool, local: bool, conf: &ConfArgs) -> a
 /// Where a reading thread leaves a snapshot's change count and digest.
 type Slot = std::sync::Mutex<Option<anyhow::Result<(u64, String)>>>;
 
-/// `dstl read-list`: every snapshot of a handle list, through one [`dstl::Recovery`].
-pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
+/// One snapshot to read: its name in the output, where it came from (for errors) and
+/// its handle.
+struct Snapshot {
+    name: String,
+    origin: String,
+    handle: dstl::ChangelogHandle,
+}
+
+/// `dstl read-list`: every snapshot of handle lists and manifests, through one
+/// [`dstl::Recovery`]. Each input is a file, a handle list or a manifest told apart by
+/// its top-level field, or a directory of such files.
+pub(super) fn read_list(inputs: &[PathBuf], conf: &ConfArgs) -> anyhow::Result<()> {
     let config = conf.build(DEFAULT_DIR)?;
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the handle list {}", path.display()))?;
-    let list: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("invalid handle list {}", path.display()))?;
+    let mut snapshots = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let mut files = Vec::new();
+            for entry in std::fs::read_dir(input)
+                .with_context(|| format!("cannot read the directory {}", input.display()))?
+            {
+                let path = entry
+                    .with_context(|| format!("cannot read the directory {}", input.display()))?
+                    .path();
+                // A manifest being rewritten is `<writer>.json.tmp` until it is whole.
+                if path.extension().is_some_and(|e| e == "json") && path.is_file() {
+                    files.push(path);
+                }
+            }
+            if files.is_empty() {
+                anyhow::bail!(
+                    "{} holds no manifest or handle list (no *.json file)",
+                    input.display()
+                );
+            }
+            files.sort();
+            for file in files {
+                load(&file, &mut snapshots)?;
+            }
+        } else {
+            load(input, &mut snapshots)?;
+        }
+    }
+    // Snapshots are read on every core at once; the recovery cache lets them share files.
+    let recovery = dstl::Recovery::new(&config);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Slot> = snapshots.iter().map(|_| Default::default()).collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(snapshots.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(snapshot) = snapshots.get(i) else {
+                        return;
+                    };
+                    let mut digest = dstl::reader::Digest::default();
+                    let read = recovery
+                        .visit(&snapshot.handle, &mut |key_group, value| {
+                            digest.update(key_group, value)
+                        })
+                        .with_context(|| format!("{}: cannot read it", snapshot.origin))
+                        .map(|()| digest.finish());
+                    *results[i].lock().unwrap() = Some(read);
+                }
+            });
+        }
+    });
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for (snapshot, result) in snapshots.iter().zip(results) {
+        let (changes, sha256) = result
+            .into_inner()
+            .unwrap()
+            .expect("every snapshot was read")?;
+        writeln!(out, "{}\t{changes}\t{sha256}", snapshot.name)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Adds the snapshots of one file: a handle list (an object with `snapshots`) or a dstl
+/// manifest (an object with `entries`).
+fn load(path: &Path, snapshots: &mut Vec<Snapshot>) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let neither = "neither a handle list (a JSON object with `snapshots`) nor a dstl manifest (a JSON object with `entries`)";
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is {neither}: it is not JSON", path.display()))?;
+    if value.get("snapshots").is_some() {
+        return load_handle_list(path, &value, snapshots);
+    }
+    if value.get("entries").is_none() {
+        anyhow::bail!("{} is {neither}", path.display());
+    }
+    let manifest: Manifest = serde_json::from_value(value)
+        .with_context(|| format!("invalid manifest {}", path.display()))?;
+    let name = match &manifest.writer {
+        Some(writer) => writer.clone(),
+        None => path
+            .file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
+    };
+    snapshots.push(Snapshot {
+        origin: format!("manifest {} ({name})", path.display()),
+        name,
+        handle: manifest.remote_handle(),
+    });
+    Ok(())
+}
+
+/// The snapshots of a handle list in the Flink harness's format (`{"snapshots": [{"name",
+/// "keyGroupRange", "handles": [{"path", "offset", "fileSize"}]}]}`); relative paths are
+/// relative to the list's directory.
+fn load_handle_list(
+    path: &Path,
+    list: &serde_json::Value,
+    snapshots: &mut Vec<Snapshot>,
+) -> anyhow::Result<()> {
     let base = path.parent().unwrap_or(Path::new("."));
-    let snapshots = list["snapshots"]
+    let listed = list["snapshots"]
         .as_array()
-        .with_context(|| format!("{}: no `snapshots` array", path.display()))?;
-    let mut handles = Vec::with_capacity(snapshots.len());
-    for (n, snapshot) in snapshots.iter().enumerate() {
+        .with_context(|| format!("{}: `snapshots` is not an array", path.display()))?;
+    for (n, snapshot) in listed.iter().enumerate() {
         let name = snapshot["name"].as_str().unwrap_or("").to_string();
-        let what = |field: &str| format!("{}: snapshot {n} ({name}): {field}", path.display());
+        let origin = format!("{}: snapshot {n} ({name})", path.display());
+        let what = |field: &str| format!("{origin}: {field}");
         let range = &snapshot["keyGroupRange"];
         let key_groups = dstl::KeyGroupRange {
             start: range[0].as_i64().unwrap_or(0) as i32,
@@ -94,44 +205,11 @@ pub(super) fn read_list(path: &Path, conf: &ConfArgs) -> anyhow::Result<()> {
             incremental_size: 0,
             storage_id: "filesystem".into(),
         };
-        handles.push((name, handle));
+        snapshots.push(Snapshot {
+            name,
+            origin,
+            handle,
+        });
     }
-    // Snapshots are read on every core at once; the recovery cache lets them share files.
-    let recovery = dstl::Recovery::new(&config);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<Slot> = handles.iter().map(|_| Default::default()).collect();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.min(handles.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some((name, handle)) = handles.get(i) else {
-                        return;
-                    };
-                    let mut digest = dstl::reader::Digest::default();
-                    let read = recovery
-                        .visit(handle, &mut |key_group, value| {
-                            digest.update(key_group, value)
-                        })
-                        .with_context(|| {
-                            format!("{}: snapshot {i} ({name}): cannot read it", path.display())
-                        })
-                        .map(|()| digest.finish());
-                    *results[i].lock().unwrap() = Some(read);
-                }
-            });
-        }
-    });
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    for ((name, _), result) in handles.iter().zip(results) {
-        let (changes, sha256) = result
-            .into_inner()
-            .unwrap()
-            .expect("every snapshot was read")?;
-        writeln!(out, "{name}\t{changes}\t{sha256}")?;
-    }
-    out.flush()?;
     Ok(())
 }

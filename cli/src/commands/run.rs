@@ -1,11 +1,17 @@
-//! `dstl run`: the main job.
+//! `dstl run`: the main job. Its data goes to a fresh temporary directory that is
+//! removed after verification unless it is kept (`--keep`, `--manifests`); with an
+//! explicit `--dir` or `--store`, only what the run created there is removed. SIGINT and
+//! SIGTERM stop it cleanly.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
-use dstl::ChangelogStorage;
+use dstl::{ChangelogStorage, Config, Location, S3Store, Store};
 use dstl_cli::workload::{self, Workload};
 
 use super::{ConfArgs, DEFAULT_DIR, Target, prometheus};
@@ -46,16 +52,29 @@ pub(super) struct RunArgs {
     pub(super) seed: u64,
     #[command(flatten)]
     pub(super) conf: ConfArgs,
-    /// After each checkpoint, atomically rewrite DIR/<writer>.json with its manifest.
+    /// After each checkpoint, atomically rewrite DIR/<writer>.json with its manifest
+    /// (implies --keep: the manifests name the files).
     #[arg(long, value_name = "DIR")]
     pub(super) manifests: Option<PathBuf>,
+    /// Keep the data (in --dir, default ./dstl-data) instead of removing it after
+    /// verification.
+    #[arg(long)]
+    pub(super) keep: bool,
     /// Print the summary as one JSON object and nothing else on stdout.
     #[arg(long)]
     pub(super) json: bool,
 }
 
 pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut config = args.conf.build(DEFAULT_DIR)?;
+    let keep = args.keep || args.manifests.is_some();
+    // Data that is not kept goes to a directory of its own unless --dir or --store says
+    // otherwise, so that removing it afterwards cannot remove anything else.
+    let default_base = if keep {
+        PathBuf::from(DEFAULT_DIR)
+    } else {
+        std::env::temp_dir().join(format!("dstl-run-{}", uuid::Uuid::new_v4().simple()))
+    };
+    let mut config = args.conf.build(&default_base.to_string_lossy())?;
     args.target.apply(&mut config)?;
     if args.compression {
         config.set_compression(true);
@@ -70,12 +89,71 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         manifests: args.manifests.clone(),
     };
     workload.validate()?;
+    let data = RunData::plan(&config, keep)?;
     // Before the storage opens: it registers its metrics with the recorder installed then.
     if let Some(address) = args.prometheus {
         let bound = prometheus::serve(address)?;
         eprintln!("dstl: serving Prometheus metrics at http://{bound}/metrics");
     }
-    let storage = ChangelogStorage::open(config)?;
+    let signals = Signals::install()?;
+    let appended = std::sync::atomic::AtomicU64::new(0);
+    // Where the changelog files go, for the summary and messages: absolute, and once the
+    // storage has created it, spelled as the manifests spell their paths (canonical).
+    let job_dir = config.job_dir();
+    let mut files = match config.location() {
+        Location::Local(_) => std::path::absolute(&job_dir).unwrap_or_else(|_| job_dir.clone()),
+        Location::S3 { .. } => job_dir.clone(),
+    }
+    .display()
+    .to_string();
+    let outcome = ChangelogStorage::open(config)
+        .map_err(anyhow::Error::from)
+        .and_then(|storage| {
+            if let Ok(absolute) = std::fs::canonicalize(&job_dir) {
+                files = absolute.display().to_string();
+            }
+            let outcome = drive(&args, &workload, &storage, &signals, &appended);
+            storage.close();
+            outcome
+        });
+    let disposition = data.finish(&files);
+    if let Some(signal) = signals.received() {
+        return Err(Interrupted {
+            signal,
+            changes: appended.load(Ordering::Relaxed),
+            disposition,
+        }
+        .into());
+    }
+    let mut summary = match outcome {
+        Ok(summary) => summary,
+        Err(error) => return Err(failure(&error, &files, &disposition)),
+    };
+    summary.dir = files;
+    if args.json {
+        let mut value = serde_json::to_value(&summary)?;
+        value["kept"] = keep.into();
+        println!("{value}");
+    } else {
+        print_summary(&summary, args.change_size, &disposition);
+    }
+    match disposition {
+        Disposition::NotRemoved(why) => Err(anyhow::anyhow!(
+            "the run succeeded, but its data could not be removed: {why}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Runs the workload on an open storage, with the progress bar, until it completes,
+/// fails or a signal stops it.
+fn drive(
+    args: &RunArgs,
+    workload: &Workload,
+    storage: &ChangelogStorage,
+    signals: &Signals,
+    appended: &std::sync::atomic::AtomicU64,
+) -> anyhow::Result<workload::Summary> {
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else if let Some(duration) = args.duration {
@@ -98,49 +176,325 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_key("rate", average_rate),
         )
     };
-    let progress = |n| bar.set_position(n);
-    let summary = match args.duration {
-        Some(duration) => workload::run_for(&storage, &workload, duration, &progress)?,
-        None => workload::run(&storage, &workload, &progress)?,
+    let progress = |n| {
+        appended.fetch_max(n, Ordering::Relaxed);
+        bar.set_position(n);
     };
+    let stop = || signals.received().is_some();
+    let summary = workload::run_stoppable(storage, workload, args.duration, &stop, &progress);
     bar.finish_and_clear();
-    storage.close();
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+    summary
+}
+
+fn print_summary(summary: &workload::Summary, change_size: usize, disposition: &Disposition) {
+    println!(
+        "dstl run: {} writer{}, {} changes of {} B into {}",
+        summary.writers,
+        if summary.writers == 1 { "" } else { "s" },
+        summary.changes,
+        change_size,
+        summary.dir
+    );
+    println!("  wall            {:.2} s", summary.wall_s);
+    println!(
+        "  appends         {} ({:.1} MB/s payload)",
+        rate(summary.appends_per_s),
+        summary.payload_mb_per_s
+    );
+    println!(
+        "  checkpoints     {} (persist p50 {:.2} ms, p99 {:.2} ms)",
+        summary.checkpoints, summary.persist_p50_ms, summary.persist_p99_ms
+    );
+    println!(
+        "  files           {} ({} bytes written)",
+        summary.files, summary.bytes_written
+    );
+    println!("  peak RSS        {:.1} MB", summary.peak_rss_mb);
+    println!(
+        "  verified        {}",
+        if summary.verified {
+            "yes: every writer's last checkpoint read back exactly"
+        } else {
+            "no"
+        }
+    );
+    let data = match disposition {
+        Disposition::Kept { dir, .. } => format!("kept in {dir}"),
+        Disposition::Removed => "removed after verification (--keep keeps it)".to_string(),
+        Disposition::NotRemoved(why) => format!("not removed: {why}"),
+    };
+    println!("  data            {data}");
+}
+
+/// The final error of a run that failed: one line, and on a full disk one that says so
+/// first, naming where the files went (the cause alone names a staging file, or
+/// nothing, when the text crossed the sandbox).
+fn failure(error: &anyhow::Error, files: &str, disposition: &Disposition) -> anyhow::Error {
+    let text = dstl::describe(error.as_ref());
+    if is_disk_full(error) {
+        anyhow::anyhow!("no space left on device in {files}: {text}; {disposition}")
     } else {
-        println!(
-            "dstl run: {} writer{}, {} changes of {} B into {}",
-            summary.writers,
-            if summary.writers == 1 { "" } else { "s" },
-            summary.changes,
-            args.change_size,
-            summary.dir
-        );
-        println!("  wall            {:.2} s", summary.wall_s);
-        println!(
-            "  appends         {} ({:.1} MB/s payload)",
-            rate(summary.appends_per_s),
-            summary.payload_mb_per_s
-        );
-        println!(
-            "  checkpoints     {} (persist p50 {:.2} ms, p99 {:.2} ms)",
-            summary.checkpoints, summary.persist_p50_ms, summary.persist_p99_ms
-        );
-        println!(
-            "  files           {} ({} bytes written)",
-            summary.files, summary.bytes_written
-        );
-        println!("  peak RSS        {:.1} MB", summary.peak_rss_mb);
-        println!(
-            "  verified        {}",
-            if summary.verified {
-                "yes: every writer's last checkpoint read back exactly"
-            } else {
-                "no"
-            }
-        );
+        anyhow::anyhow!("{text}; {disposition}")
     }
-    Ok(())
+}
+
+/// Whether `error` comes from a full disk: an I/O error ENOSPC in its chain, or one in the
+/// text of an upload failure, which reaches the workload as text (it crossed the
+/// writer's sandbox); Rust writes an OS error as `... (os error N)`.
+fn is_disk_full(error: &anyhow::Error) -> bool {
+    let code = format!("(os error {})", libc::ENOSPC);
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
+            || cause.to_string().contains(&code)
+    })
+}
+
+/// What became of a run's data.
+#[derive(Debug, Clone)]
+enum Disposition {
+    /// Kept (`--keep`, `--manifests`): where the changelog files are, and how many
+    /// staging files of uploads cut short by the end of the run are left beside them.
+    Kept {
+        /// The changelog directory (or URL).
+        dir: String,
+        /// Staging files left in it.
+        staging: usize,
+    },
+    /// Removed: everything the run created.
+    Removed,
+    /// Not removed, or not all of it: why.
+    NotRemoved(String),
+}
+
+impl std::fmt::Display for Disposition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Disposition::Kept { dir, staging: 0 } => write!(f, "the data stays in {dir}"),
+            Disposition::Kept { dir, staging } => write!(
+                f,
+                "the data stays in {dir}, with {staging} staging file{} of uploads cut short that `dstl gc` removes",
+                if *staging == 1 { "" } else { "s" }
+            ),
+            Disposition::Removed => write!(f, "the run's data was removed"),
+            Disposition::NotRemoved(why) => {
+                write!(f, "the run's data could not be removed: {why}")
+            }
+        }
+    }
+}
+
+/// `dstl run` stopped by SIGINT or SIGTERM. The binary exits with 128 + the signal's
+/// number, the status a shell reports for a process the signal ended.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "interrupted by {} after {changes} changes: the writers stopped appending and closed (their pending persists failed) and the storage closed, releasing its lease; {disposition}",
+    signal_name(*signal)
+)]
+pub struct Interrupted {
+    signal: i32,
+    changes: u64,
+    disposition: Disposition,
+}
+
+impl Interrupted {
+    /// The process's exit status.
+    pub fn exit_code(&self) -> u8 {
+        u8::try_from(128 + self.signal).unwrap_or(1)
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+/// SIGINT and SIGTERM while `dstl run` runs. The first one asks the run to stop; a
+/// second one ends the process at once (the signal's default action), for a run that
+/// does not stop soon enough.
+struct Signals {
+    received: Arc<AtomicUsize>,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        let received = Arc::new(AtomicUsize::new(0));
+        let armed = Arc::new(AtomicBool::new(false));
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            let install = || -> std::io::Result<()> {
+                // Registered before the flag that arms it, so it acts from the second
+                // signal on (signal-hook runs a signal's actions in registration order).
+                signal_hook::flag::register_conditional_default(signal, armed.clone())?;
+                signal_hook::flag::register(signal, armed.clone())?;
+                signal_hook::flag::register_usize(signal, received.clone(), signal as usize)?;
+                Ok(())
+            };
+            install().with_context(|| format!("cannot handle {}", signal_name(signal)))?;
+        }
+        Ok(Self { received })
+    }
+
+    /// The signal received, if any.
+    fn received(&self) -> Option<i32> {
+        match self.received.load(Ordering::Relaxed) {
+            0 => None,
+            signal => i32::try_from(signal).ok(),
+        }
+    }
+}
+
+/// Where a run's data goes and which of it the run creates, so that removing the data
+/// removes exactly that.
+struct RunData {
+    keep: bool,
+    config: Config,
+    /// Directories the run creates and removes whole: `<base>/<job-id>` of a local base,
+    /// and `<local-dir>/jid_<job-id>` with local recovery.
+    roots: Vec<PathBuf>,
+    /// Their ancestors that do not exist yet, deepest first: the run creates them too,
+    /// and removes each one that is empty afterwards (anything else put there meanwhile
+    /// is not the run's).
+    parents: Vec<PathBuf>,
+}
+
+impl RunData {
+    /// Checks that a run whose data is not kept will only create: its job directories
+    /// and, in an object store, its job's prefix must not exist yet (they could only with
+    /// an explicit `dstl.job-id`; the default is random).
+    fn plan(config: &Config, keep: bool) -> anyhow::Result<Self> {
+        let mut roots = Vec::new();
+        if let Location::Local(base) = config.location() {
+            roots.push(base.join(&config.job_id));
+        }
+        if config.local_recovery {
+            let copies = config.local_copies_dir();
+            roots.push(copies.parent().unwrap_or(&copies).to_path_buf());
+        }
+        let missing = |path: &Path| {
+            !path.as_os_str().is_empty()
+                && matches!(path.symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        };
+        if !keep {
+            if let Some(root) = roots.iter().find(|root| !missing(root)) {
+                anyhow::bail!(
+                    "{} already exists, and a run that does not keep its data writes only into directories it creates (dstl.job-id is {}): pass --keep to add to it, or another job id",
+                    root.display(),
+                    config.job_id
+                );
+            }
+            if let Location::S3 { bucket, prefix } = config.location() {
+                // The whole job prefix: its files, and leases of storages open on it.
+                let job = [prefix.as_str(), config.job_id.as_str()]
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let store = S3Store::open_at(&config.s3, &bucket, &job)
+                    .with_context(|| format!("cannot open the object store s3://{bucket}"))?;
+                let existing = store
+                    .list()
+                    .with_context(|| format!("cannot list {} before the run", store.describe()))?;
+                if !existing.is_empty() {
+                    anyhow::bail!(
+                        "{} already holds {} objects, and a run that does not keep its data removes the job's files afterwards (dstl.job-id is {}): pass --keep to add to them, or another job id",
+                        store.describe(),
+                        existing.len(),
+                        config.job_id
+                    );
+                }
+            }
+        }
+        let mut parents: Vec<PathBuf> = Vec::new();
+        for root in &roots {
+            let mut next = root.parent();
+            while let Some(dir) = next.filter(|dir| missing(dir)) {
+                if !parents.iter().any(|p| p == dir) {
+                    parents.push(dir.to_path_buf());
+                }
+                next = dir.parent();
+            }
+        }
+        parents.sort_by_key(|dir| std::cmp::Reverse(dir.components().count()));
+        Ok(Self {
+            keep,
+            config: config.clone(),
+            roots,
+            parents,
+        })
+    }
+
+    /// After the storage closed: keeps the data, saying where it is (`files`), or
+    /// removes what the run created.
+    fn finish(&self, files: &str) -> Disposition {
+        if self.keep {
+            return Disposition::Kept {
+                dir: files.to_string(),
+                staging: self.staging_files(),
+            };
+        }
+        let mut failures = Vec::new();
+        for root in &self.roots {
+            match std::fs::remove_dir_all(root) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    failures.push(format!("{}: {e}", root.display()));
+                }
+                _ => {}
+            }
+        }
+        if let Err(e) = self.remove_objects() {
+            failures.push(dstl::describe(e.as_ref()));
+        }
+        for dir in &self.parents {
+            // Fails, leaving it, unless empty.
+            let _ = std::fs::remove_dir(dir);
+        }
+        if failures.is_empty() {
+            Disposition::Removed
+        } else {
+            Disposition::NotRemoved(failures.join("; "))
+        }
+    }
+
+    /// Deletes the job's files from an object store (the store closed; its lease is gone).
+    fn remove_objects(&self) -> anyhow::Result<()> {
+        let Location::S3 { bucket, prefix } = self.config.location() else {
+            return Ok(());
+        };
+        let store = S3Store::open(&self.config.s3, &bucket, &prefix, &self.config.job_id)
+            .with_context(|| format!("cannot open the object store s3://{bucket}"))?;
+        let files = store
+            .list()
+            .with_context(|| format!("cannot list {}", store.describe()))?;
+        for file in files {
+            store
+                .delete(&file.path)
+                .with_context(|| format!("cannot delete {}", file.path))?;
+        }
+        Ok(())
+    }
+
+    /// Staging files (hidden, `.<name>.<pid>.<n>.tmp`) in the job's local changelog
+    /// directory: uploads that the end of the run cut short may leave them.
+    fn staging_files(&self) -> usize {
+        let Location::Local(_) = self.config.location() else {
+            return 0;
+        };
+        std::fs::read_dir(self.config.job_dir()).map_or(0, |entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with('.') && name.ends_with(".tmp")
+                })
+                .count()
+        })
+    }
 }
 
 /// Parses `--duration`: Flink's duration syntax, with a unit (a bare number would be

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -100,6 +100,16 @@ pub struct Summary {
     pub metrics: MetricsSnapshot,
 }
 
+/// Why [`run_stoppable`] ended early: its `stop` asked it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "stopped after {changes} changes: the writers stopped appending, took no final checkpoint and closed, failing their pending persists"
+)]
+pub struct Stopped {
+    /// Changes appended before the writers stopped.
+    pub changes: u64,
+}
+
 /// What one writer did.
 struct WriterOutcome {
     latencies: Vec<Duration>,
@@ -115,7 +125,7 @@ pub fn run(
     workload: &Workload,
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
-    run_until(storage, workload, None, progress)
+    run_until(storage, workload, None, &|| false, progress)
 }
 
 /// Like [`run`], but every writer appends until `duration` has passed (wall-clock time)
@@ -127,13 +137,39 @@ pub fn run_for(
     duration: Duration,
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
-    run_until(storage, workload, Some(Instant::now() + duration), progress)
+    run_until(
+        storage,
+        workload,
+        Some(Instant::now() + duration),
+        &|| false,
+        progress,
+    )
 }
 
+/// Like [`run`] (or [`run_for`] when `duration` is given), but every writer also asks
+/// `stop` between batches of appends. Once it says yes, the writers stop appending, take
+/// no final checkpoint and close, failing their pending persists, and the run fails with
+/// [`Stopped`] at once, without waiting for uploads in flight (closing the storage bounds
+/// those). Checkpoints confirmed before that stay confirmed, and their manifests written.
+pub fn run_stoppable(
+    storage: &ChangelogStorage,
+    workload: &Workload,
+    duration: Option<Duration>,
+    stop: &(dyn Fn() -> bool + Sync),
+    progress: &(dyn Fn(u64) + Sync),
+) -> anyhow::Result<Summary> {
+    let deadline = duration.map(|d| Instant::now() + d);
+    run_until(storage, workload, deadline, stop, progress)
+}
+
+/// The run behind [`run`], [`run_for`] and [`run_stoppable`]. The first writer to fail
+/// stops the others the same way `stop` does: the run has failed, and writers that went
+/// on appending would only add files (on a full disk, failures) nobody reads.
 fn run_until(
     storage: &ChangelogStorage,
     workload: &Workload,
     deadline: Option<Instant>,
+    stop: &(dyn Fn() -> bool + Sync),
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
     workload.validate()?;
@@ -151,18 +187,56 @@ fn run_until(
     };
     let pool = Pool::new(workload.seed, workload.change_size);
     let started = Instant::now();
+    // The writer that failed first: its error is the run's (the others' follow from it).
+    let first_failure = AtomicUsize::new(usize::MAX);
+    let failed = AtomicBool::new(false);
+    let halt = || failed.load(Ordering::Relaxed) || stop();
     let outcomes = on_threads(workload.writers, |index| {
-        run_writer(
+        let name = format!("op-{index}");
+        let outcome = run_writer(
             storage,
             workload,
             &pool,
             index,
             share(index),
             deadline,
+            &halt,
             &|n| progress(appended.fetch_add(n, Ordering::Relaxed) + n),
         )
-        .with_context(|| format!("writer op-{index}"))
+        .map_err(|e| {
+            // dstl's writer errors name the writer already; others (a manifest that
+            // cannot be written) get its name here.
+            if e.to_string().contains(&format!("writer {name}")) {
+                e
+            } else {
+                e.context(format!("writer {name}"))
+            }
+        });
+        if outcome.is_err() {
+            let _ = first_failure.compare_exchange(
+                usize::MAX,
+                index,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            failed.store(true, Ordering::Relaxed);
+        }
+        outcome
     });
+    let first_failure = first_failure.into_inner();
+    if first_failure != usize::MAX {
+        return Err(outcomes
+            .into_iter()
+            .nth(first_failure)
+            .and_then(Result::err)
+            .expect("the first failure is an error"));
+    }
+    if stop() {
+        return Err(Stopped {
+            changes: appended.load(Ordering::Relaxed),
+        }
+        .into());
+    }
     storage.wait_idle();
     let wall = started.elapsed();
     // The workload's memory, before verification reads the last checkpoints back.
@@ -171,7 +245,9 @@ fn run_until(
     let mut checkpoints = 0;
     let mut verified = true;
     for (index, outcome) in outcomes.into_iter().enumerate() {
-        let outcome = outcome?;
+        let outcome = outcome?.ok_or_else(|| {
+            anyhow::anyhow!("writer op-{index} stopped, but neither a failure nor `stop` halted it")
+        })?;
         latencies.extend(outcome.latencies);
         checkpoints += outcome.checkpoints;
         match outcome.last {
@@ -307,7 +383,10 @@ impl Operator<'_> {
 /// for a checkpoint (only the in-flight limit can hold it), and when a persist completes
 /// it confirms `[from, to)` and truncates to `to`. After the last append (the
 /// `changes`-th, or the first after `deadline`) it takes a final checkpoint and waits for
-/// every persist.
+/// every persist. When `halt` says so (asked before every batch), it stops at once:
+/// no final checkpoint, and closing the writer fails its pending persists; it then returns
+/// `None`.
+#[allow(clippy::too_many_arguments)]
 fn run_writer(
     storage: &ChangelogStorage,
     workload: &Workload,
@@ -315,8 +394,9 @@ fn run_writer(
     index: usize,
     changes: u64,
     deadline: Option<Instant>,
+    halt: &dyn Fn() -> bool,
     progress: &dyn Fn(u64),
-) -> anyhow::Result<WriterOutcome> {
+) -> anyhow::Result<Option<WriterOutcome>> {
     let name = format!("op-{index}");
     let writer = storage.create_writer(
         &name,
@@ -343,6 +423,13 @@ fn run_writer(
     let mut checkpoint = 0i64;
     let mut last = changes == 0;
     while !last {
+        if halt() {
+            // The persists still pending fail with `Closed`; nobody waits for them. A
+            // writer already closed by a trap has nothing left to fail.
+            drop(pending);
+            let _ = operator.writer.close();
+            return Ok(None);
+        }
         let n = BATCH
             .min(changes - done)
             .min(workload.checkpoint_every - since_checkpoint);
@@ -390,7 +477,7 @@ fn run_writer(
         operator.confirm(checkpoint, future.wait()?)?;
     }
     operator.writer.close()?;
-    Ok(operator.outcome)
+    Ok(Some(operator.outcome))
 }
 
 /// The changes `[from, to)` that writer `index` (`op-<index>`) of `workload` appends, in

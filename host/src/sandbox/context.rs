@@ -34,6 +34,9 @@ pub(crate) struct WriterCtx {
     pub holdings: Holdings,
     /// CPU time of the call running now.
     pub clock: CallClock,
+    /// An upload failure is being delivered: the scheduler has logged it already, so
+    /// the guest's warning about it goes to debug level.
+    pub delivering_failure: bool,
     /// A `persist` call runs now: uploads it schedules belong to a checkpoint; uploads
     /// scheduled by any other call are pre-emptive.
     pub persisting: bool,
@@ -84,6 +87,7 @@ impl WriterCtx {
             closing,
             holdings: Holdings::default(),
             clock: CallClock::new(call_timeout),
+            delivering_failure: false,
             persisting: false,
             preemptive_uploads,
             refused: None,

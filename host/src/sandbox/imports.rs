@@ -166,6 +166,13 @@ impl local_registry::Host for WriterCtx {
 impl logging::Host for WriterCtx {
     fn log(&mut self, level: logging::Level, message: String) -> wasmtime::Result<()> {
         let writer = &self.name;
+        // Every writer of a failed batch says that its change sets failed: the scheduler
+        // has logged the failure (once per cause and minute), so these echoes would only
+        // repeat it, once per writer and change set.
+        let level = match level {
+            logging::Level::Warn if self.delivering_failure => logging::Level::Debug,
+            level => level,
+        };
         match level {
             logging::Level::Trace => tracing::trace!(writer, "{message}"),
             logging::Level::Debug => tracing::debug!(writer, "{message}"),

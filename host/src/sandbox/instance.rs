@@ -243,7 +243,11 @@ impl Instance {
                 }
                 UploadOutcome::Failed { task, error } => {
                     // The WIT boundary: the guest gets the reason as text.
-                    api.call_on_upload_failed(store, r, task, &error.to_string())?
+                    store.data_mut().delivering_failure = true;
+                    let failed =
+                        api.call_on_upload_failed(&mut *store, r, task, &error.to_string());
+                    store.data_mut().delivering_failure = false;
+                    failed?
                 }
             };
             Ok(Ok(completions))

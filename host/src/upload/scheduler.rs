@@ -115,6 +115,23 @@ pub(crate) struct Scheduler {
     runtime: tokio::runtime::Handle,
     outstanding: Outstanding,
     metrics: Arc<Metrics>,
+    /// The last failed batch logged as a warning. Batches failing for the same cause
+    /// within [`FAILURE_WARNING_INTERVAL`] of it are logged at debug level: a full disk
+    /// fails every batch, and is one warning instead of one per batch.
+    warned_failure: Mutex<Option<WarnedFailure>>,
+}
+
+/// How long repeats of a failure's cause are logged at debug level after its warning.
+/// Successes in between do not end it: on a disk that is almost full, deletions make room
+/// for the odd batch while most fail.
+const FAILURE_WARNING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A failure logged as a warning, and its repeats since.
+struct WarnedFailure {
+    /// The innermost cause ([`root_cause`]).
+    cause: String,
+    at: Instant,
+    repeats: u64,
 }
 
 impl Scheduler {
@@ -143,6 +160,7 @@ impl Scheduler {
             runtime: runtime.clone(),
             outstanding,
             metrics,
+            warned_failure: Mutex::new(None),
         });
         runtime.spawn(Self::run_timer(Arc::downgrade(&scheduler)));
         scheduler
@@ -235,6 +253,30 @@ impl Scheduler {
             self.timer.notify_one();
         }
         Ok(())
+    }
+
+    /// Records a failed batch whose innermost cause is `cause`: `Some(repeats)` when it
+    /// is to be a warning (`repeats`: failures for the same cause logged at debug level
+    /// since the last warning), `None` when it repeats a recent warning.
+    fn note_failure(&self, cause: String) -> Option<u64> {
+        let mut warned = self.warned_failure.lock().unwrap();
+        if let Some(last) = warned.as_mut()
+            && last.cause == cause
+            && last.at.elapsed() < FAILURE_WARNING_INTERVAL
+        {
+            last.repeats += 1;
+            return None;
+        }
+        let repeats = warned
+            .take()
+            .filter(|last| last.cause == cause)
+            .map_or(0, |last| last.repeats);
+        *warned = Some(WarnedFailure {
+            cause,
+            at: Instant::now(),
+            repeats: 0,
+        });
+        Some(repeats)
     }
 
     /// Runs one batch as one file under the retry policy, off the caller's thread.
@@ -357,7 +399,24 @@ impl Scheduler {
                         span.record("attempts", attempts);
                     }
                     span.record("outcome", "failed");
-                    tracing::warn!(tasks = tasks.len(), %error, "upload batch failed");
+                    match this.note_failure(root_cause(&error)) {
+                        None => tracing::debug!(
+                            tasks = tasks.len(),
+                            %error,
+                            "upload batch failed for the same cause again"
+                        ),
+                        Some(0) => tracing::warn!(
+                            tasks = tasks.len(),
+                            %error,
+                            "upload batch failed (failures for the same cause in the next minute are logged at debug level)"
+                        ),
+                        Some(repeats) => tracing::warn!(
+                            tasks = tasks.len(),
+                            %error,
+                            repeats,
+                            "upload batch failed, as {repeats} more did for the same cause since the last warning (logged at debug level)"
+                        ),
+                    }
                     recipients
                         .iter()
                         .map(|recipient| UploadOutcome::Failed {
@@ -442,4 +501,15 @@ impl Scheduler {
         }
         count
     }
+}
+
+/// The innermost cause of `error` as text (`No space left on device (os error 28)`):
+/// what repeated failures have in common, unlike the messages around it, which name
+/// each attempt's file.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }
