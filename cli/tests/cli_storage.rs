@@ -87,7 +87,7 @@ fn a_run_that_is_not_kept_removes_its_objects() {
         .flat_map(|c| ["--conf".to_string(), c])
         .collect();
     let objects = || {
-        dstl::S3Store::open_at(&server.settings(), &server.bucket, "jobs")
+        dstl::S3Store::open(&server.settings(), &server.bucket, "jobs", "")
             .unwrap()
             .list()
             .unwrap()

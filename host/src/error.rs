@@ -29,7 +29,7 @@ pub enum Error {
     /// error where there is one ([`crate::UploadError::io_error_kind`], e.g.
     /// `StorageFull` for a full disk). A later persist of the same range fails with
     /// [`WriterError::AlreadyFailed`].
-    #[error("writer {writer}: upload failed: {message}")]
+    #[error("writer {writer}: {}", upload_failed(message))]
     Upload {
         /// The writer's name.
         writer: String,
@@ -77,6 +77,15 @@ pub enum Error {
         #[source]
         source: Arc<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// `message` as the rest of "writer W: ...", saying once that an upload failed.
+fn upload_failed(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.starts_with("upload failed") {
+        message.into()
+    } else {
+        format!("upload failed: {message}").into()
+    }
 }
 
 /// A wasmtime error, as text with its chain (wasmtime's error type is not a

@@ -238,17 +238,39 @@ fn failure(error: &anyhow::Error, files: &str, disposition: &Disposition) -> any
     }
 }
 
-/// Whether `error` comes from a full disk: an I/O error ENOSPC in its chain, or one in the
-/// text of an upload failure, which reaches the workload as text (it crossed the
-/// writer's sandbox); Rust writes an OS error as `... (os error N)`.
+/// Whether `error` comes from a full disk: an I/O error of kind `StorageFull` (ENOSPC)
+/// anywhere in its chain, including the typed cause of an upload failure
+/// ([`dstl::UploadError::io_error_kind`]) and of a setup failure (the lease, the job
+/// directory); or, for a persist refused because an earlier upload of its range failed
+/// (`WriterError::AlreadyFailed`, whose cause crossed the writer's sandbox as text), that
+/// text naming the error as Rust writes an OS error: `(os error 28)`.
 fn is_disk_full(error: &anyhow::Error) -> bool {
     let code = format!("(os error {})", libc::ENOSPC);
-    error.chain().any(|cause| {
-        cause
+    error
+        .chain()
+        .any(|cause| storage_full(cause) || cause.to_string().contains(&code))
+}
+
+fn storage_full(error: &(dyn std::error::Error + 'static)) -> bool {
+    let full = std::io::ErrorKind::StorageFull;
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        if cause
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
-            || cause.to_string().contains(&code)
-    })
+            .is_some_and(|io| io.kind() == full)
+        {
+            return true;
+        }
+        match cause.downcast_ref::<dstl::Error>() {
+            Some(dstl::Error::Upload { source, .. }) if source.io_error_kind() == Some(full) => {
+                return true;
+            }
+            Some(setup) if setup.setup_cause().is_some_and(|c| storage_full(c)) => return true,
+            _ => {}
+        }
+        next = cause.source();
+    }
+    false
 }
 
 /// What became of a run's data.
@@ -368,9 +390,9 @@ impl RunData {
     fn plan(config: &Config, keep: bool) -> anyhow::Result<Self> {
         let mut roots = Vec::new();
         if let Location::Local(base) = config.location() {
-            roots.push(base.join(&config.job_id));
+            roots.push(base.join(config.job_id()));
         }
-        if config.local_recovery {
+        if config.local_recovery() {
             let copies = config.local_copies_dir();
             roots.push(copies.parent().unwrap_or(&copies).to_path_buf());
         }
@@ -383,18 +405,18 @@ impl RunData {
                 anyhow::bail!(
                     "{} already exists, and a run that does not keep its data writes only into directories it creates (dstl.job-id is {}): pass --keep to add to it, or another job id",
                     root.display(),
-                    config.job_id
+                    config.job_id()
                 );
             }
             if let Location::S3 { bucket, prefix } = config.location() {
                 // The whole job prefix: its files, and leases of storages open on it.
-                let job = [prefix.as_str(), config.job_id.as_str()]
+                let job = [prefix.as_str(), config.job_id()]
                     .iter()
                     .filter(|p| !p.is_empty())
                     .copied()
                     .collect::<Vec<_>>()
                     .join("/");
-                let store = S3Store::open_at(&config.s3, &bucket, &job)
+                let store = S3Store::open(config.s3(), &bucket, &job, "")
                     .with_context(|| format!("cannot open the object store s3://{bucket}"))?;
                 let existing = store
                     .list()
@@ -404,7 +426,7 @@ impl RunData {
                         "{} already holds {} objects, and a run that does not keep its data removes the job's files afterwards (dstl.job-id is {}): pass --keep to add to them, or another job id",
                         store.describe(),
                         existing.len(),
-                        config.job_id
+                        config.job_id()
                     );
                 }
             }
@@ -465,7 +487,7 @@ impl RunData {
         let Location::S3 { bucket, prefix } = self.config.location() else {
             return Ok(());
         };
-        let store = S3Store::open(&self.config.s3, &bucket, &prefix, &self.config.job_id)
+        let store = S3Store::open(self.config.s3(), &bucket, &prefix, self.config.job_id())
             .with_context(|| format!("cannot open the object store s3://{bucket}"))?;
         let files = store
             .list()
