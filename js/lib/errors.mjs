@@ -30,12 +30,14 @@ export const WRITER_ERROR_KINDS = Object.freeze([
  * The writer rejected a call or a persist failed: `kind` is the WIT variant case
  * (`closed`, `truncated`, `not-yet-appended`, `already-failed`, `invalid-range`,
  * `invalid-argument`, `upload-failed`), `detail` the writer's message. The message is
- * the Rust host's `Error::Writer` display: `writer NAME: DETAIL`, with `closed: ` or
- * `upload failed: ` before the detail for those two kinds.
+ * the Rust host's display (`Error::Writer`, `Error::Upload`): `writer NAME: DETAIL`, with
+ * `closed: ` before the detail of `closed`, and `upload failed: ` before that of
+ * `upload-failed` unless the detail says so itself.
  */
 export class WriterError extends DstlError {
   constructor(writer, kind, detail) {
-    const display = kind === 'closed' ? `closed: ${detail}` : kind === 'upload-failed' ? `upload failed: ${detail}` : detail;
+    const uploadFailed = detail.startsWith('upload failed') ? detail : `upload failed: ${detail}`;
+    const display = kind === 'closed' ? `closed: ${detail}` : kind === 'upload-failed' ? uploadFailed : detail;
     super(kind, `writer ${writer}: ${display}`);
     this.name = 'WriterError';
     /** @type {string} */

@@ -784,6 +784,20 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "s3"))]
+    fn store_urls_need_the_s3_feature() {
+        let e = Config::new()
+            .with("dstl.dfs.base-path", "s3://bucket/a")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("dstl.dfs.base-path") && e.contains("crate feature `s3`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    #[cfg(feature = "s3")]
     fn store_urls_are_validated() {
         let mut c = Config::default();
         c.set("dstl.dfs.base-path", "s3://bucket/a/b").unwrap();
