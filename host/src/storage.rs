@@ -188,7 +188,8 @@ impl ChangelogStorage {
             Some(
                 store
                     .with_buffer_size(config.upload_buffer_size as usize)
-                    .with_fsync(config.local_fsync),
+                    .with_fsync(config.local_fsync)
+                    .with_direct_io(config.local_direct_io),
             )
         } else {
             None
@@ -218,9 +219,12 @@ impl ChangelogStorage {
         crate::telemetry::describe();
         let metrics = Arc::new(Metrics::default());
         let uploader = Arc::new(Uploader {
-            // Enough spare buffers for a few batches' blocks and files.
+            // Spare buffers for the blocks and files in flight at the high-water mark: a
+            // buffer that misses the pool is fresh memory, whose pages the kernel zeroes
+            // (for megabyte blocks that costs as much as their copy). The resident set
+            // stays at what the in-flight limit let the uploads hold anyway.
             buffers: Arc::new(BlockPool::new(
-                (config.persist_size_threshold.max(16 << 20) as usize).min(64 << 20),
+                config.max_in_flight.clamp(16 << 20, 256 << 20) as usize,
             )),
             store: store.clone(),
             local,
@@ -289,7 +293,8 @@ impl ChangelogStorage {
                 Arc::new(
                     store
                         .with_buffer_size(config.upload_buffer_size as usize)
-                        .with_fsync(config.local_fsync),
+                        .with_fsync(config.local_fsync)
+                        .with_direct_io(config.local_direct_io),
                 )
             }
             Location::S3 { bucket, prefix } => {

@@ -109,6 +109,8 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let buffered = workload::disk_baseline_mb_per_s(&tmp.0, bytes, false)?;
     unsafe { libc::sync() };
     let durable = workload::disk_baseline_mb_per_s(&tmp.0, bytes, true)?;
+    unsafe { libc::sync() };
+    let direct = workload::direct_baseline_mb_per_s(&tmp.0, bytes)?;
     // The run is compared with the baseline doing the same: fsync'd or not.
     let baseline = if fsync { durable } else { buffered };
     let written = summary.bytes_written as f64 / 1e6 / summary.wall_s;
@@ -118,6 +120,7 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "fsync": fsync,
         "baseline_disk_mb_per_s": durable,
         "baseline_buffered_mb_per_s": buffered,
+        "baseline_direct_mb_per_s": direct,
         "written_mb_per_s": written,
         "disk_ratio": written / baseline,
         "summary": summary,
@@ -130,6 +133,7 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
             "fsync",
             "baseline_disk_mb_per_s",
             "baseline_buffered_mb_per_s",
+            "baseline_direct_mb_per_s",
             "written_mb_per_s",
             "disk_ratio",
         ] {
@@ -149,9 +153,10 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
             summary.wall_s
         );
         println!(
-            "  disk: {written:.0} MB/s written vs {baseline:.0} MB/s plain sequential write{} (ratio {:.2}; buffered {buffered:.0} MB/s, fsync'd {durable:.0} MB/s)",
+            "  disk: {written:.0} MB/s written vs {baseline:.0} MB/s plain sequential write{} (ratio {:.2}; buffered {buffered:.0} MB/s, fsync'd {durable:.0} MB/s, O_DIRECT {})",
             if fsync { " + fsync" } else { ", buffered" },
-            written / baseline
+            written / baseline,
+            direct.map_or_else(|| "refused".to_string(), |d| format!("{d:.0} MB/s"))
         );
     }
     Ok(())

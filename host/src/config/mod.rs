@@ -84,6 +84,9 @@ pub struct Config {
     /// (`dstl.dfs.local.fsync`). Off trades durability on power loss for speed, as
     /// Flink's local file system does; files still appear only whole.
     pub(crate) local_fsync: bool,
+    /// Write fsync'd files of 256 KiB and more past the page cache with `O_DIRECT`
+    /// (`dstl.dfs.local.direct-io`), where the file system allows it.
+    pub(crate) local_direct_io: bool,
     /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
     pub(crate) preemptive_persist_threshold: u64,
     /// Batching delay (`dstl.dfs.batch.persist-delay`).
@@ -174,6 +177,11 @@ impl Config {
     /// Flink's local file system does; files still appear only whole.
     pub fn local_fsync(&self) -> bool {
         self.local_fsync
+    }
+    /// Write fsync'd files of 256 KiB and more past the page cache with `O_DIRECT`
+    /// (`dstl.dfs.local.direct-io`), where the file system allows it.
+    pub fn local_direct_io(&self) -> bool {
+        self.local_direct_io
     }
 
     /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
@@ -313,6 +321,7 @@ impl Default for Config {
             base_path: PathBuf::from("dstl-data"),
             compression: false,
             local_fsync: true,
+            local_direct_io: true,
             preemptive_persist_threshold: 5 << 20,
             persist_delay: Duration::from_millis(10),
             persist_size_threshold: 10 << 20,
@@ -345,6 +354,7 @@ pub const KEYS: &[&str] = &[
     "dstl.dfs.base-path",
     "dstl.dfs.compression.enabled",
     "dstl.dfs.local.fsync",
+    "dstl.dfs.local.direct-io",
     "dstl.dfs.preemptive-persist-threshold",
     "dstl.dfs.batch.persist-delay",
     "dstl.dfs.batch.persist-size-threshold",
@@ -490,6 +500,7 @@ impl Config {
             }
             "dstl.dfs.compression.enabled" => self.compression = boolean()?,
             "dstl.dfs.local.fsync" => self.local_fsync = boolean()?,
+            "dstl.dfs.local.direct-io" => self.local_direct_io = boolean()?,
             "dstl.dfs.preemptive-persist-threshold" => {
                 self.preemptive_persist_threshold = memory()?
             }
@@ -671,6 +682,7 @@ impl Config {
             self.base_path.display().to_string(),
             self.compression.to_string(),
             self.local_fsync.to_string(),
+            self.local_direct_io.to_string(),
             format!("{}b", self.preemptive_persist_threshold),
             ms(self.persist_delay),
             format!("{}b", self.persist_size_threshold),

@@ -1,14 +1,17 @@
 //! A local directory as a store: every file becomes visible only whole (written under a
 //! temporary name, fsync'd, then moved into place without overwriting) and its
 //! directory entry is fsync'd before the write counts (one directory fsync serves the
-//! creates that finish together).
+//! creates that finish together). Large fsync'd files bypass the page cache
+//! (`direct.rs`) where the file system allows it.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use super::direct;
 use super::{Store, StoredFile};
 
 /// A directory of changelog files.
@@ -21,6 +24,19 @@ pub struct LocalStore {
     fsync: bool,
     /// Directory syncs shared by the creates running at once.
     dir_sync: Arc<DirSync>,
+    /// Direct (`O_DIRECT`) writes of large fsync'd files.
+    direct: Arc<Direct>,
+}
+
+/// Whether and how this store writes large fsync'd files past the page cache.
+#[derive(Debug)]
+struct Direct {
+    /// Off: every file goes through the page cache.
+    enabled: bool,
+    /// The file system refused `O_DIRECT` once (tmpfs, some FUSE and network file
+    /// systems): later creates do not try again.
+    refused: AtomicBool,
+    buffers: direct::BufferPool,
 }
 
 /// Group commit of directory syncs: a create that needs its new name durable waits for
@@ -138,7 +154,24 @@ impl LocalStore {
             buffer_size: DEFAULT_BUFFER_SIZE,
             fsync: true,
             dir_sync: Arc::default(),
+            direct: Arc::new(Direct {
+                enabled: true,
+                refused: AtomicBool::new(false),
+                buffers: direct::BufferPool::default(),
+            }),
         })
+    }
+
+    /// Whether fsync'd files of 256 KiB and more are written with `O_DIRECT`, past the
+    /// page cache (on by default; where the file system refuses it, files go through
+    /// the page cache as without). Files written without fsync always go through it.
+    pub fn with_direct_io(mut self, enabled: bool) -> Self {
+        self.direct = Arc::new(Direct {
+            enabled,
+            refused: AtomicBool::new(false),
+            buffers: direct::BufferPool::default(),
+        });
+        self
     }
 
     /// Whether a create fsyncs the file and the directory before it returns. Without,
@@ -223,13 +256,10 @@ impl LocalStore {
         let mut linked = false;
         let mut moved = false;
         let result = (|| {
-            let mut file = BufWriter::with_capacity(self.buffer_size, File::create_new(&staging)?);
-            for part in parts {
-                file.write_all(part)?;
-            }
-            let file = file.into_inner().map_err(|e| e.into_error())?;
+            let file = self.write_staging(&staging, parts)?;
             if self.fsync {
-                file.sync_all()?;
+                // The data and the size, which is all a new file needs to be read back.
+                file.sync_data()?;
             }
             drop(file);
             // The name is taken only if it is free, so a file is never overwritten, and
@@ -250,6 +280,49 @@ impl LocalStore {
             let _ = fs::remove_file(&target);
         }
         result.map(|()| target.to_string_lossy().into_owned())
+    }
+
+    /// Writes `parts` into the new file `staging`: directly for a large fsync'd file where
+    /// the file system allows it, else through the page cache.
+    fn write_staging(&self, staging: &Path, parts: &[&[u8]]) -> std::io::Result<File> {
+        let length: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if self.fsync
+            && self.direct.enabled
+            && length >= direct::MIN_DIRECT_FILE
+            && !self.direct.refused.load(Ordering::Relaxed)
+        {
+            let refused = |e: &std::io::Error| e.raw_os_error() == Some(libc::EINVAL);
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(staging)
+            {
+                Ok(file) => match direct::write_parts(&file, parts, &self.direct.buffers) {
+                    Ok(_) => return Ok(file),
+                    // Opened but not written to directly: start over through the cache.
+                    Err(e) if refused(&e) => {
+                        drop(file);
+                        fs::remove_file(staging)?;
+                        self.refuse_direct(&e);
+                    }
+                    Err(e) => return Err(e),
+                },
+                Err(e) if refused(&e) => self.refuse_direct(&e),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut file = BufWriter::with_capacity(self.buffer_size, File::create_new(staging)?);
+        for part in parts {
+            file.write_all(part)?;
+        }
+        file.into_inner().map_err(|e| e.into_error())
+    }
+
+    fn refuse_direct(&self, error: &std::io::Error) {
+        if !self.direct.refused.swap(true, Ordering::Relaxed) {
+            tracing::info!(dir = %self.dir.display(), %error, "the file system refuses O_DIRECT: files are written through the page cache");
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! object store. Every store makes a file visible only whole, never overwrites one, and
 //! leaves nothing behind when a create fails.
 
+mod direct;
 pub(crate) mod lease;
 mod local;
 mod routing;
