@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Benchmarks of the Node host, shaped like the wasmtime host's (`cargo bench -p dstl-host
+// Benchmarks of the Node host, shaped like the wasmtime host's (`cargo bench -p dstl
 // --bench writer`, `dstl bench --workload small|density`), for BENCHMARKS.md:
 //
 // - append/100B: one buffered `append` of a 100-byte value (host-side packed batches; the
@@ -175,7 +175,7 @@ async function benchNewWriter(dir) {
 }
 
 /**
- * `dstl bench`'s standard workloads (host/src/workload/mod.rs `Workload::standard`): 128
+ * `dstl bench`'s standard workloads (cli/src/workload/mod.rs `Workload::standard`): 128
  * key groups, seed 42, 10,000 appends over all writers between checkpoints.
  */
 const WORKLOADS = {

@@ -4,7 +4,7 @@
 // rewritten after each checkpoint with `--manifests DIR`; at the end every writer's last
 // checkpoint is read back and checked against the changes regenerated from the seed.
 //
-// Same options, same protocol (host/src/workload/mod.rs), same changes for the same seed
+// Same options, same protocol (cli/src/workload/mod.rs), same changes for the same seed
 // (copied from a pool of rand_chacha ChaCha8 bytes: lib/workload.mjs), same manifest JSON
 // and same `--json` summary fields as the wasmtime host's `dstl run`.
 
@@ -94,7 +94,7 @@ function percentile(sorted, p) {
 
 /**
  * One operator, with the protocol of the Flink harness (as `dstl run`,
- * host/src/workload/mod.rs `run_writer`): appends in packed batches; after every
+ * cli/src/workload/mod.rs `run_writer`): appends in packed batches; after every
  * `checkpointEvery` appends, `to = nextSequenceNumber()` and `persist(from = the end of
  * the last confirmed checkpoint)`. The operator never waits for a checkpoint (only the
  * in-flight limit holds it); after each batch it takes, in order, the persists that

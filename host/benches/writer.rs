@@ -1,6 +1,6 @@
 //! Micro-benchmarks of the writer's hot paths and of the codec.
 //!
-//! `cargo bench -p dstl --bench writer` measures; `cargo test --release -p dstl-host
+//! `cargo bench -p dstl --bench writer` measures; `cargo test --release -p dstl
 //! --benches` runs every benchmark once as a smoke test.
 //!
 //! - `append`: one buffered `Writer::append` of a 100-byte value (the host hands packed

@@ -1,5 +1,5 @@
 // The seeded input of `dstl-run.mjs`, exactly as `dstl run` makes it
-// (host/src/workload/input.rs), at the cost of the Flink harness's: each value is copied
+// (cli/src/workload/input.rs), at the cost of the Flink harness's: each value is copied
 // from a seeded, pre-generated random pool at an offset derived from the change's index,
 // with the index in its first 8 bytes, and key group `index % key_groups`. Regenerable from
 // the seed for verification.
@@ -12,7 +12,7 @@
 
 import { ChaCha8Rng } from './chacha.mjs';
 
-/** Appends per packed batch (as `dstl run`: host/src/workload/mod.rs `BATCH`). */
+/** Appends per packed batch (as `dstl run`: cli/src/workload/mod.rs `BATCH`). */
 export const BATCH = 512;
 
 /**

@@ -1,4 +1,4 @@
-// `dstl run`'s input written out again from its definition (host/src/workload/input.rs),
+// `dstl run`'s input written out again from its definition (cli/src/workload/input.rs),
 // independently of lib/workload.mjs, for the tests: the pool from the ChaCha8 word stream
 // (not `fillBytes`), the offset in wrapping u64 arithmetic with BigInt, the index tag with
 // `setBigUint64`. And the digest `dstl read --digest` prints for a checkpoint holding

@@ -1,5 +1,5 @@
 // `dstl-run.mjs`'s input (lib/workload.mjs) against `dstl run`'s definition
-// (host/src/workload/input.rs): values printed by that formula written out in Rust with
+// (cli/src/workload/input.rs): values printed by that formula written out in Rust with
 // rand_chacha 0.9 itself, and the formula written out again in support/expected-input.mjs.
 
 import assert from 'node:assert/strict';
