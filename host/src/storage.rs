@@ -24,7 +24,7 @@ use crate::telemetry::WriterLabels;
 use crate::upload::buffers::BlockPool;
 use crate::upload::scheduler::SchedulerSettings;
 use crate::upload::throttle::Availability;
-use crate::upload::{RetryPolicy, Scheduler, Uploader};
+use crate::upload::{Scheduler, Uploader, retry};
 use crate::writer::{Writer, WriterOptions};
 
 /// The changelog storage of one job: creates writers and reads snapshots back.
@@ -236,7 +236,7 @@ impl ChangelogStorage {
                 delay: config.persist_delay,
                 size_threshold: config.persist_size_threshold,
                 max_in_flight: config.max_in_flight,
-                policy: RetryPolicy::from_config(&config),
+                policy: retry::policy_from_config(&config),
                 threads: config.upload_threads,
             },
             uploader,

@@ -13,7 +13,7 @@ pub(crate) mod throttle;
 use dstl_proto::types::UploadResult;
 
 pub(crate) use attempt::Uploader;
-pub(crate) use retry::{AttemptError, RetryPolicy};
+pub(crate) use retry::AttemptError;
 pub(crate) use scheduler::Scheduler;
 
 /// What happened to one upload task, for the writer that submitted it.

@@ -1,5 +1,7 @@
 //! Retries with per-attempt timeouts, without Flink's holes (ARCHITECTURE.md, "Where
-//! dstl differs from Flink").
+//! dstl differs from Flink"): the decisions are `dstl_proto::retry::Retry`'s (when an
+//! attempt starts, when a speculative one starts beside an attempt that runs too long,
+//! the delay after a failure, which attempt wins); this is its tokio driver.
 //!
 //! - `fixed`: every attempt gets the same timeout; a timed-out attempt is *not* cancelled
 //!   (a blocking write cannot be), the next attempt starts at once, and whichever attempt
@@ -16,10 +18,13 @@
 //!   (Flink's deadline starts on the thread, so there it never fires). An attempt that
 //!   has timed out before it got a thread does not start at all.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+pub(crate) use dstl_proto::retry::RetryPolicy;
+use dstl_proto::retry::{Action, AttemptResult, Outcome, Retry};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -66,48 +71,19 @@ impl AttemptError {
     }
 }
 
-/// When to give up, and how long to wait in between (Flink's `fixed` and `none`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RetryPolicy {
-    /// Attempts including the first; 1 for `none`.
-    pub max_attempts: u32,
-    /// Per-attempt timeout; `None` waits forever.
-    pub timeout: Option<Duration>,
-    /// Pause after a failed attempt.
-    pub delay: Duration,
-}
-
-enum Failure<'a> {
-    Timeout,
-    Error(&'a AttemptError),
-}
-
-impl RetryPolicy {
-    pub fn from_config(config: &Config) -> Self {
-        match config.retry_policy {
-            RetryPolicyKind::None => Self {
-                max_attempts: 1,
-                timeout: None,
-                delay: Duration::ZERO,
-            },
-            RetryPolicyKind::Fixed => Self {
-                max_attempts: config.max_attempts,
-                timeout: Some(config.upload_timeout).filter(|t| !t.is_zero()),
-                delay: config.next_attempt_delay,
-            },
-        }
-    }
-
-    /// `None`: give up; otherwise start the next attempt after the duration.
-    fn retry_after(&self, attempt: u32, failure: Failure<'_>) -> Option<Duration> {
-        if attempt >= self.max_attempts {
-            return None;
-        }
-        match failure {
-            Failure::Timeout => Some(Duration::ZERO),
-            Failure::Error(AttemptError::Io { .. }) => Some(self.delay),
-            Failure::Error(AttemptError::Fatal(_)) => None,
-        }
+/// The policy `config` names (`dstl.dfs.upload.retry-policy` and its keys).
+pub(crate) fn policy_from_config(config: &Config) -> RetryPolicy {
+    match config.retry_policy {
+        RetryPolicyKind::None => RetryPolicy {
+            max_attempts: 1,
+            timeout: None,
+            delay: Duration::ZERO,
+        },
+        RetryPolicyKind::Fixed => RetryPolicy {
+            max_attempts: config.max_attempts,
+            timeout: Some(config.upload_timeout).filter(|t| !t.is_zero()),
+            delay: config.next_attempt_delay,
+        },
     }
 }
 
@@ -135,91 +111,104 @@ where
     D: Fn(R) + Send + 'static,
 {
     let attempt = Arc::new(attempt);
-    // The number of the one attempt that may still start: an attempt that gets its
-    // permit after it was finalized (timed out while waiting) or after the upload was
-    // decided releases the permit without running.
+    // The number of the one attempt that may still start (`Retry::may_start`), for the
+    // attempt tasks to read when they get their permit: an attempt finalized while it
+    // waited, or after the upload was decided, releases the permit without running.
     let live = Arc::new(AtomicU32::new(0));
     let mut running: JoinSet<(u32, Result<R, AttemptError>)> = JoinSet::new();
-    let spawn = |n: u32, running: &mut JoinSet<(u32, Result<R, AttemptError>)>| {
-        let attempt = attempt.clone();
-        let permits = permits.clone();
-        let live = live.clone();
-        live.store(n, Ordering::SeqCst);
-        running.spawn(async move {
-            let Ok(_permit) = permits.acquire_owned().await else {
-                return (
-                    n,
-                    Err(AttemptError::Fatal(
-                        "the upload executor was shut down".into(),
-                    )),
-                );
-            };
-            if live.load(Ordering::SeqCst) != n {
-                return (
-                    n,
-                    Err(AttemptError::Fatal(format!(
-                        "attempt {n} timed out before it started"
-                    ))),
-                );
-            }
-            let result = tokio::task::spawn_blocking(move || attempt(n))
-                .await
-                .unwrap_or_else(|e| Err(AttemptError::Fatal(format!("attempt {n} panicked: {e}"))));
-            (n, result)
-        });
-        policy.timeout.map(|t| Instant::now() + t)
-    };
-    // The one attempt not yet finalized (by its failure or its timeout), if running.
-    let mut current = Some(1u32);
-    let mut retry_at: Option<(u32, Instant)> = None;
-    let mut total = 1u32;
-    let mut deadline = spawn(1, &mut running);
+    let mut retry = Retry::new(policy, Instant::now().into_std());
+    // Why each failed attempt failed, for the error that names the last one.
+    let mut errors: HashMap<u32, AttemptError> = HashMap::new();
     let outcome = loop {
+        while let Some(Action::Start(n)) = retry.poll_action() {
+            let attempt = attempt.clone();
+            let permits = permits.clone();
+            let live = live.clone();
+            running.spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return (
+                        n,
+                        Err(AttemptError::Fatal(
+                            "the upload executor was shut down".into(),
+                        )),
+                    );
+                };
+                if live.load(Ordering::SeqCst) != n {
+                    return (
+                        n,
+                        Err(AttemptError::Fatal(format!(
+                            "attempt {n} timed out before it started"
+                        ))),
+                    );
+                }
+                let result = tokio::task::spawn_blocking(move || attempt(n))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(AttemptError::Fatal(format!("attempt {n} panicked: {e}")))
+                    });
+                (n, result)
+            });
+        }
+        live.store(
+            (1..=retry.attempts())
+                .rev()
+                .find(|&n| retry.may_start(n))
+                .unwrap_or(0),
+            Ordering::SeqCst,
+        );
+        match retry.outcome() {
+            Some(Outcome::Failed { attempt, attempts }) => {
+                let cause = errors
+                    .remove(&attempt)
+                    .unwrap_or_else(|| AttemptError::Fatal(format!("attempt {attempt} failed")));
+                break Err(UploadError::Failed {
+                    attempts,
+                    attempt,
+                    cause,
+                });
+            }
+            Some(Outcome::TimedOut {
+                attempt,
+                attempts,
+                timeout,
+            }) => {
+                break Err(UploadError::TimedOut {
+                    attempts,
+                    attempt,
+                    timeout,
+                });
+            }
+            // A success is taken where its result arrives, below.
+            Some(Outcome::Succeeded { .. }) | None => {}
+        }
+        let timer = retry.poll_timeout().map(Instant::from_std);
         tokio::select! {
             Some(joined) = running.join_next() => {
                 let (n, result) = joined.expect("attempt tasks catch their panics");
+                let now = Instant::now().into_std();
                 match result {
-                    Ok(result) => break Ok(Success { result, attempt: n, total_attempts: total }),
-                    // A finalized attempt (it timed out before) has no say any more.
-                    Err(_) if current != Some(n) => {}
-                    Err(error) => {
-                        current = None;
-                        deadline = None;
-                        match policy.retry_after(n, Failure::Error(&error)) {
-                            None => break Err(UploadError::Failed { attempts: total, attempt: n, cause: error }),
-                            Some(delay) => {
-                                total += 1;
-                                if delay.is_zero() {
-                                    current = Some(n + 1);
-                                    deadline = spawn(n + 1, &mut running);
-                                } else {
-                                    retry_at = Some((n + 1, Instant::now() + delay));
-                                }
+                    Ok(result) => {
+                        retry.attempt_finished(n, AttemptResult::Succeeded, now);
+                        match retry.outcome() {
+                            Some(Outcome::Succeeded { attempt, attempts }) if attempt == n => {
+                                break Ok(Success { result, attempt, total_attempts: attempts });
                             }
+                            // Decided before: this one lost.
+                            _ => discard(result),
                         }
                     }
-                }
-            }
-            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                let Some(n) = current.take() else {
-                    deadline = None;
-                    continue;
-                };
-                // Every arm below either ends the loop or sets a new deadline.
-                let timeout = policy.timeout.unwrap_or_default();
-                match policy.retry_after(n, Failure::Timeout) {
-                    None => break Err(UploadError::TimedOut { attempts: total, attempt: n, timeout }),
-                    Some(_) => {
-                        total += 1;
-                        current = Some(n + 1);
-                        deadline = spawn(n + 1, &mut running);
+                    Err(error) => {
+                        let class = match error {
+                            AttemptError::Io { .. } => AttemptResult::Retryable,
+                            AttemptError::Fatal(_) => AttemptResult::Fatal,
+                        };
+                        errors.insert(n, error);
+                        retry.attempt_finished(n, class, now);
                     }
                 }
             }
-            _ = tokio::time::sleep_until(retry_at.map_or_else(Instant::now, |r| r.1)), if retry_at.is_some() => {
-                let Some((n, _)) = retry_at.take() else { continue };
-                current = Some(n);
-                deadline = spawn(n, &mut running);
+            _ = tokio::time::sleep_until(timer.unwrap_or_else(Instant::now)), if timer.is_some() => {
+                retry.handle_timeout(Instant::now().into_std());
             }
         }
     };
@@ -300,10 +289,11 @@ mod tests {
         let calls = Arc::new(AtomicU32::new(0));
         let c = calls.clone();
         let (result, _) = run(
-            RetryPolicy::from_config(&Config {
-                retry_policy: RetryPolicyKind::None,
-                ..Config::default()
-            }),
+            policy_from_config(
+                &Config::new()
+                    .with("dstl.dfs.upload.retry-policy", "none")
+                    .unwrap(),
+            ),
             1,
             move |_| -> Result<(), _> {
                 c.fetch_add(1, Ordering::SeqCst);
