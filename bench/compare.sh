@@ -10,7 +10,10 @@
 # jars itself and needs Java 17). Workloads: small fanout large small-z recovery
 # (default: all). RUNS=N repeats each dstl measurement N times (default 3) and keeps the
 # best; Flink runs 3 iterations in one JVM (the first is cold, the best of the others
-# warm). Nothing here is part of the build or the tests.
+# warm). MODES="true false" (default) are the dstl.dfs.local.fsync values measured.
+# DSTL_BASELINE=/path/to/another/dstl also measures that build (e.g. the previous main)
+# in the same run, as system "dstl-baseline". bench/rounds.py summarizes several result
+# files (rounds) by their medians. Nothing here is part of the build or the tests.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -69,11 +72,16 @@ for w in "${workloads[@]}"; do
   done < <(grep '^RESULT' "$tmp/flink.txt")
   rss=$(grep -o 'max_rss_kb=[0-9]*' "$tmp/flink.txt" | cut -d= -f2 || echo 0)
   emit "{\"system\":\"flink\",\"workload\":\"$w\",\"process\":{\"max_rss_kb\":${rss:-0}}}"
-  for fsync in true false; do
+  for fsync in ${MODES:-true false}; do
     for r in $(seq "$runs"); do
       echo "== $w: dstl fsync=$fsync run $r" >&2
       res=$("$dstl" bench --workload "$w" --json --conf "dstl.dfs.local.fsync=$fsync")
       emit "{\"system\":\"dstl\",\"workload\":\"$w\",\"fsync\":$fsync,\"run\":$r,\"result\":$res}"
+      if [ -n "${DSTL_BASELINE:-}" ]; then
+        echo "== $w: dstl-baseline fsync=$fsync run $r" >&2
+        res=$("$DSTL_BASELINE" bench --workload "$w" --json --conf "dstl.dfs.local.fsync=$fsync")
+        emit "{\"system\":\"dstl-baseline\",\"workload\":\"$w\",\"fsync\":$fsync,\"run\":$r,\"result\":$res}"
+      fi
     done
   done
 done

@@ -24,7 +24,7 @@ def load(path):
                 flink[w].append(row["result"])
             elif system == "flink":
                 flink_rss[w] = row["process"]["max_rss_kb"] / 1024
-            else:
+            elif system == "dstl":
                 dstl[(w, row["fsync"])].append(row["result"])
     return flink, flink_rss, dstl, recovery
 

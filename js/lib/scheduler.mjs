@@ -363,7 +363,9 @@ export class Scheduler {
     this.throttle.add(size);
     this.queue.push({ writer, task, size, done: this.outstanding.start() });
     this.queuedBytes += size;
-    if (this.delayMs <= 0 || this.queuedBytes >= this.sizeThreshold) {
+    // As the Rust host's batcher: a task of half the size threshold or more is worth a
+    // file of its own and leaves at once, with whatever waited.
+    if (this.delayMs <= 0 || this.queuedBytes >= this.sizeThreshold || size * 2 >= this.sizeThreshold) {
       const batch = this.#take();
       setImmediate(() => this.#start(batch));
     } else if (!this.drainPending) {

@@ -1,7 +1,10 @@
 //! The batching decisions of the shared scheduler, as a pure state machine: tasks of
 //! every writer queue together and leave as one batch (one file) when the persist delay
 //! has passed since the batch's first task or when the queued bytes reach the size
-//! threshold (Flink's `BatchingStateChangeUploadScheduler`). Time is an input, as in
+//! threshold (Flink's `BatchingStateChangeUploadScheduler`), or at once when a task of
+//! half the threshold or more arrives: batching exists to put the small tasks of many
+//! writers into one file, and a task that large is worth a file of its own, so holding
+//! it for company only delays its checkpoint (Flink holds it). Time is an input, as in
 //! quinn-proto: the caller passes `now` and asks [`Batcher::poll_timeout`] when to call
 //! [`Batcher::handle_timeout`], so the rules are tested on simulated time.
 
@@ -19,7 +22,8 @@ pub(crate) struct Batcher<T> {
 
 impl<T> Batcher<T> {
     /// A batcher that holds a batch for `delay` after its first item, or until it holds
-    /// `size_threshold` bytes. A zero delay or threshold sends every item at once.
+    /// `size_threshold` bytes, or until an item of half that arrives. A zero delay or
+    /// threshold sends every item at once.
     pub fn new(delay: Duration, size_threshold: u64) -> Self {
         Self {
             delay,
@@ -34,7 +38,10 @@ impl<T> Batcher<T> {
     pub fn push(&mut self, item: T, size: u64, now: Instant) -> Option<Vec<T>> {
         self.queue.push(item);
         self.bytes = self.bytes.saturating_add(size);
-        if self.delay.is_zero() || self.bytes >= self.size_threshold {
+        if self.delay.is_zero()
+            || self.bytes >= self.size_threshold
+            || size.saturating_mul(2) >= self.size_threshold
+        {
             return Some(self.take());
         }
         self.deadline.get_or_insert(now + self.delay);
@@ -98,11 +105,21 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Batcher::new(Duration::from_secs(3600), 10);
         assert_eq!(b.push(1, 4, t0), None);
-        assert_eq!(b.push(2, 5, t0), None);
-        assert_eq!(b.push(3, 1, t0), Some(vec![1, 2, 3]));
+        assert_eq!(b.push(2, 4, t0), None);
+        assert_eq!(b.push(3, 2, t0), Some(vec![1, 2, 3]));
         assert_eq!(b.poll_timeout(), None);
         // One item above the threshold leaves alone.
         assert_eq!(b.push(4, 11, t0), Some(vec![4]));
+    }
+
+    #[test]
+    fn an_item_of_half_the_threshold_does_not_wait_for_company() {
+        let t0 = Instant::now();
+        let mut b = Batcher::new(Duration::from_secs(3600), 10);
+        assert_eq!(b.push(1, 1, t0), None);
+        // Worth a file of its own: it leaves at once, with what waited.
+        assert_eq!(b.push(2, 5, t0), Some(vec![1, 2]));
+        assert_eq!(b.push(3, 4, t0), None);
     }
 
     #[test]
