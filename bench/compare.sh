@@ -86,6 +86,10 @@ for w in "${workloads[@]}"; do
   done
 done
 python3 "$here/plot.py" "$jsonl" "$out/bench-$stamp.svg" > "$out/bench-$stamp.md"
-cp "$out/bench-$stamp.svg" "$here/latest.svg"
-cp "$out/bench-$stamp.md" "$here/latest.md"
-echo "results: $jsonl, $out/bench-$stamp.md, $out/bench-$stamp.svg (copied to bench/latest.*)" >&2
+if [ "${MODES:-true false}" = "true false" ] && [ -z "${DSTL_BASELINE:-}" ]; then
+  cp "$out/bench-$stamp.svg" "$here/latest.svg"
+  cp "$out/bench-$stamp.md" "$here/latest.md"
+  echo "results: $jsonl, $out/bench-$stamp.md, $out/bench-$stamp.svg (copied to bench/latest.*)" >&2
+else
+  echo "results: $jsonl, $out/bench-$stamp.md, $out/bench-$stamp.svg" >&2
+fi
