@@ -7,12 +7,15 @@
 //! - [`codec`]: the changelog file format, the only place that knows its bytes.
 //! - [`types`]: the values both sides exchange (mirrors of the WIT `types` interface).
 //! - [`retry`]: an upload's retry policy as a sans-IO state machine, time as an input.
+//! - [`ownership`]: who owns which file (reference counts, per-writer claims on local
+//!   copies): the rules that decide when a file may be deleted.
 //!
 //! `ARCHITECTURE.md` at the repository root describes how the pieces fit together.
 
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod ownership;
 pub mod retry;
 pub mod types;
 pub mod writer;

@@ -15,7 +15,7 @@ pub use task::TaskRegistry;
 
 /// Identifies one writer of a storage (in the local registry, where ownership is per
 /// writer).
-pub type WriterId = u64;
+pub use dstl_proto::ownership::WriterId;
 
 /// Both registries: where a writer's release of a file goes.
 #[derive(Clone)]

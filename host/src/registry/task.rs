@@ -1,21 +1,24 @@
-//! Reference counts of uploaded files that no confirmed checkpoint owns yet.
+//! Reference counts of uploaded files that no confirmed checkpoint owns yet: the rules
+//! are `dstl_proto::ownership::TaskRefs`'; this shares them between threads and deletes
+//! what they give up.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use dstl_proto::ownership::{Released, TaskRefs, Tracking};
 
 use super::Discarder;
 
 /// Reference counts per file (Flink's `TaskChangelogRegistry`).
 #[derive(Clone)]
 pub struct TaskRegistry {
-    counts: Arc<Mutex<HashMap<String, u64>>>,
+    refs: Arc<Mutex<TaskRefs>>,
     discarder: Discarder,
 }
 
 impl TaskRegistry {
     pub(crate) fn new(discarder: Discarder) -> Self {
         Self {
-            counts: Arc::default(),
+            refs: Arc::default(),
             discarder,
         }
     }
@@ -24,46 +27,45 @@ impl TaskRegistry {
     /// is nobody's: it is deleted at once (the host refuses empty upload tasks, so this
     /// is a bug, reported, never a panic on an upload thread).
     pub fn start_tracking(&self, path: &str, count: u64) {
-        if count == 0 {
-            tracing::error!(%path, "a new file holds no change set; deleting it");
-            self.discarder.discard(path.to_string());
-            return;
-        }
-        let previous = self.counts.lock().unwrap().insert(path.to_string(), count);
-        if previous.is_some() {
-            tracing::warn!(%path, "file was already tracked; its count was replaced");
+        let tracking = self.refs.lock().unwrap().start_tracking(path, count);
+        match tracking {
+            Tracking::Started => {}
+            Tracking::Replaced => {
+                tracing::warn!(%path, "file was already tracked; its count was replaced")
+            }
+            Tracking::Empty => {
+                tracing::error!(%path, "a new file holds no change set; deleting it");
+                self.discarder.discard(path.to_string());
+            }
         }
     }
 
     /// Ownership moved to a confirmed checkpoint: never delete the file here.
     pub fn stop_tracking(&self, path: &str) {
-        self.counts.lock().unwrap().remove(path);
+        self.refs.lock().unwrap().stop_tracking(path);
     }
 
     /// One change set no longer needs the file; at zero it is deleted.
     pub fn release(&self, path: &str) {
-        let mut counts = self.counts.lock().unwrap();
-        let Some(count) = counts.get_mut(path) else {
-            tracing::debug!(%path, "release of an untracked file (confirmed or already discarded)");
-            return;
-        };
-        *count -= 1;
-        if *count == 0 {
-            counts.remove(path);
-            drop(counts);
-            self.discarder.discard(path.to_string());
+        let released = self.refs.lock().unwrap().release(path);
+        match released {
+            Released::Kept => {}
+            Released::Delete => self.discarder.discard(path.to_string()),
+            Released::Untracked => {
+                tracing::debug!(%path, "release of an untracked file (confirmed or already discarded)")
+            }
         }
     }
 
     /// The count of a tracked file, `None` if untracked.
     #[cfg(feature = "test-util")]
     pub fn count(&self, path: &str) -> Option<u64> {
-        self.counts.lock().unwrap().get(path).copied()
+        self.refs.lock().unwrap().count(path)
     }
 
     /// Number of tracked files.
     #[cfg(feature = "test-util")]
     pub fn tracked(&self) -> usize {
-        self.counts.lock().unwrap().len()
+        self.refs.lock().unwrap().tracked()
     }
 }

@@ -120,6 +120,14 @@ where
     // Why each failed attempt failed, for the error that names the last one.
     let mut errors: HashMap<u32, AttemptError> = HashMap::new();
     let outcome = loop {
+        // Before any attempt task can look at it: the attempt that may start now.
+        live.store(
+            (1..=retry.attempts())
+                .rev()
+                .find(|&n| retry.may_start(n))
+                .unwrap_or(0),
+            Ordering::SeqCst,
+        );
         while let Some(Action::Start(n)) = retry.poll_action() {
             let attempt = attempt.clone();
             let permits = permits.clone();
@@ -149,13 +157,6 @@ where
                 (n, result)
             });
         }
-        live.store(
-            (1..=retry.attempts())
-                .rev()
-                .find(|&n| retry.may_start(n))
-                .unwrap_or(0),
-            Ordering::SeqCst,
-        );
         match retry.outcome() {
             Some(Outcome::Failed { attempt, attempts }) => {
                 let cause = errors

@@ -1,0 +1,321 @@
+//! Who owns which file, as plain data structures with no I/O: the rules that decide when
+//! a file may be deleted, in one place for every host. A host keeps them behind its own
+//! lock and deletes what they hand back.
+//!
+//! - [`TaskRefs`] (Flink's `TaskChangelogRegistry`): an uploaded file starts with one
+//!   reference per change set in it, across every writer of its batch; a release drops
+//!   one, and at zero the file is to be deleted. A confirmed checkpoint takes the file
+//!   over (`stop_tracking`): from then on it is never deleted here.
+//! - [`LocalClaims`] (Flink's `LocalChangelogRegistry`, owned per writer as in dstl, F14):
+//!   one local copy holds change sets of every writer in its batch; each writer claims it
+//!   while it holds change sets of it, or until a discard (confirm or abort) reaches the
+//!   checkpoint it was last registered under once confirmed; the file is to be deleted
+//!   when no writer claims it.
+//!
+//! The kinds of methods: inputs (`start_tracking`, `hold`, `release`, `stop_tracking`,
+//! `register`, `discard_up_to`), whose return values are the outputs (the files to
+//! delete), and queries (`count`, `claims`, `owners`, ...). Nothing here deletes, logs or
+//! locks.
+
+use std::collections::HashMap;
+
+/// Identifies one writer (ownership of local copies is per writer).
+pub type WriterId = u64;
+
+/// What a change in ownership means for a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// Still owned.
+    Kept,
+    /// Nobody owns it any more: delete it.
+    Delete,
+    /// The file was not tracked (confirmed, or released already): nothing to do.
+    Untracked,
+}
+
+/// Reference counts of uploaded files that no confirmed checkpoint owns yet.
+#[derive(Debug, Default, Clone)]
+pub struct TaskRefs {
+    counts: HashMap<String, u64>,
+}
+
+/// What [`TaskRefs::start_tracking`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tracking {
+    /// The file is tracked with its count.
+    Started,
+    /// The file was tracked already; its count was replaced (a bug of the caller).
+    Replaced,
+    /// A file no change set uses is nobody's: delete it (a bug of the caller, never a
+    /// panic).
+    Empty,
+}
+
+impl TaskRefs {
+    /// Input: a new file `path` holds `count` change sets.
+    pub fn start_tracking(&mut self, path: &str, count: u64) -> Tracking {
+        if count == 0 {
+            return Tracking::Empty;
+        }
+        match self.counts.insert(path.to_string(), count) {
+            Some(_) => Tracking::Replaced,
+            None => Tracking::Started,
+        }
+    }
+
+    /// Input: a confirmed checkpoint owns `path` now; it is never deleted here.
+    pub fn stop_tracking(&mut self, path: &str) {
+        self.counts.remove(path);
+    }
+
+    /// Input: one change set no longer needs `path`.
+    pub fn release(&mut self, path: &str) -> Released {
+        let Some(count) = self.counts.get_mut(path) else {
+            return Released::Untracked;
+        };
+        *count = count.saturating_sub(1);
+        if *count > 0 {
+            return Released::Kept;
+        }
+        self.counts.remove(path);
+        Released::Delete
+    }
+
+    /// Query: the count of a tracked file, `None` if untracked.
+    pub fn count(&self, path: &str) -> Option<u64> {
+        self.counts.get(path).copied()
+    }
+
+    /// Query: files tracked.
+    pub fn tracked(&self) -> usize {
+        self.counts.len()
+    }
+}
+
+/// One writer's claim on a local copy.
+#[derive(Debug, Default, Clone, Copy)]
+struct Claim {
+    /// Change sets in the file the writer was given and has not released.
+    refs: u64,
+    /// A checkpoint of the writer was confirmed with the file: only a discard ends the claim.
+    confirmed: bool,
+    /// The highest checkpoint the writer registered the file under.
+    last_checkpoint: Option<i64>,
+}
+
+/// Local copies, claimed per writer.
+#[derive(Debug, Default, Clone)]
+pub struct LocalClaims {
+    files: HashMap<String, HashMap<WriterId, Claim>>,
+}
+
+/// What [`LocalClaims::discard_up_to`] ended.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Discarded {
+    /// Every file whose claim of the writer ended (sorted): the writer must forget them.
+    pub forgotten: Vec<String>,
+    /// Those that nobody claims any more: delete them.
+    pub delete: Vec<String>,
+}
+
+impl LocalClaims {
+    /// Input: `writer` was given `count` change sets in the local file `path`.
+    pub fn hold(&mut self, writer: WriterId, path: &str, count: u64) {
+        self.claim(writer, path).refs += count;
+    }
+
+    /// Input: `writer` no longer needs one change set in `path`.
+    pub fn release(&mut self, writer: WriterId, path: &str) -> Released {
+        self.update(path, writer, |claim| {
+            claim.refs = claim.refs.saturating_sub(1);
+            claim.refs > 0 || claim.confirmed
+        })
+    }
+
+    /// Input: a checkpoint of `writer` holding `path` was confirmed: the claim lasts until
+    /// a discard.
+    pub fn stop_tracking(&mut self, writer: WriterId, path: &str) -> Released {
+        self.update(path, writer, |claim| {
+            claim.confirmed = true;
+            true
+        })
+    }
+
+    /// Input: `path` is used by `checkpoint` of `writer` (the highest one counts).
+    pub fn register(&mut self, writer: WriterId, path: &str, checkpoint: i64) {
+        let claim = self.claim(writer, path);
+        claim.last_checkpoint = Some(
+            claim
+                .last_checkpoint
+                .map_or(checkpoint, |l| l.max(checkpoint)),
+        );
+    }
+
+    /// Input: ends every claim of `writer` last registered under a checkpoint below
+    /// `checkpoint`.
+    pub fn discard_up_to(&mut self, writer: WriterId, checkpoint: i64) -> Discarded {
+        let mut out = Discarded::default();
+        self.files.retain(|path, claims| {
+            if claims
+                .get(&writer)
+                .is_some_and(|c| c.last_checkpoint.is_some_and(|last| last < checkpoint))
+            {
+                claims.remove(&writer);
+                out.forgotten.push(path.clone());
+                if claims.is_empty() {
+                    out.delete.push(path.clone());
+                    return false;
+                }
+            }
+            true
+        });
+        out.forgotten.sort();
+        out.delete.sort();
+        out
+    }
+
+    /// Query: whether `writer` claims `path`.
+    pub fn claims(&self, writer: WriterId, path: &str) -> bool {
+        self.files
+            .get(path)
+            .is_some_and(|claims| claims.contains_key(&writer))
+    }
+
+    /// Query: the writers that claim `path`, sorted.
+    pub fn owners(&self, path: &str) -> Vec<WriterId> {
+        let mut owners: Vec<WriterId> = self
+            .files
+            .get(path)
+            .map(|c| c.keys().copied().collect())
+            .unwrap_or_default();
+        owners.sort();
+        owners
+    }
+
+    /// Query: the highest checkpoint any writer registered `path` under.
+    pub fn last_used(&self, path: &str) -> Option<i64> {
+        self.files
+            .get(path)?
+            .values()
+            .filter_map(|c| c.last_checkpoint)
+            .max()
+    }
+
+    fn claim(&mut self, writer: WriterId, path: &str) -> &mut Claim {
+        self.files
+            .entry(path.to_string())
+            .or_default()
+            .entry(writer)
+            .or_default()
+    }
+
+    /// Applies `f` to `writer`'s claim on `path`; `false` ends the claim.
+    fn update(
+        &mut self,
+        path: &str,
+        writer: WriterId,
+        f: impl FnOnce(&mut Claim) -> bool,
+    ) -> Released {
+        let Some(claims) = self.files.get_mut(path) else {
+            return Released::Untracked;
+        };
+        let Some(claim) = claims.get_mut(&writer) else {
+            return Released::Untracked;
+        };
+        if f(claim) {
+            return Released::Kept;
+        }
+        claims.remove(&writer);
+        if !claims.is_empty() {
+            return Released::Kept;
+        }
+        self.files.remove(path);
+        Released::Delete
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_goes_when_its_last_change_set_is_released() {
+        let mut refs = TaskRefs::default();
+        assert_eq!(refs.start_tracking("f", 2), Tracking::Started);
+        assert_eq!(refs.release("f"), Released::Kept);
+        assert_eq!(refs.count("f"), Some(1));
+        assert_eq!(refs.release("f"), Released::Delete);
+        assert_eq!(refs.release("f"), Released::Untracked);
+        assert_eq!(refs.tracked(), 0);
+    }
+
+    #[test]
+    fn a_confirmed_file_is_never_deleted_here() {
+        let mut refs = TaskRefs::default();
+        refs.start_tracking("f", 1);
+        refs.stop_tracking("f");
+        assert_eq!(refs.release("f"), Released::Untracked);
+    }
+
+    #[test]
+    fn an_empty_file_is_deleted_and_a_second_start_reported() {
+        let mut refs = TaskRefs::default();
+        assert_eq!(refs.start_tracking("e", 0), Tracking::Empty);
+        assert_eq!(refs.tracked(), 0);
+        refs.start_tracking("f", 1);
+        assert_eq!(refs.start_tracking("f", 3), Tracking::Replaced);
+        assert_eq!(refs.count("f"), Some(3));
+    }
+
+    #[test]
+    fn a_shared_local_copy_goes_when_no_writer_claims_it() {
+        let mut local = LocalClaims::default();
+        local.hold(1, "l", 1);
+        local.hold(2, "l", 2);
+        assert_eq!(local.owners("l"), [1, 2]);
+        assert_eq!(local.release(1, "l"), Released::Kept);
+        assert!(!local.claims(1, "l"));
+        assert_eq!(local.release(2, "l"), Released::Kept);
+        assert_eq!(local.release(2, "l"), Released::Delete);
+        assert!(local.owners("l").is_empty());
+    }
+
+    #[test]
+    fn one_writers_discard_never_deletes_a_copy_another_claims() {
+        let mut local = LocalClaims::default();
+        local.hold(1, "l", 1);
+        local.hold(2, "l", 1);
+        local.stop_tracking(1, "l");
+        local.register(1, "l", 5);
+        local.register(2, "l", 7);
+        assert_eq!(local.last_used("l"), Some(7));
+        // Writer 1 confirmed checkpoint 6: its claim (last used by 5) ends...
+        assert_eq!(
+            local.discard_up_to(1, 6),
+            Discarded {
+                forgotten: vec!["l".into()],
+                delete: vec![]
+            }
+        );
+        // ... writer 2's stays until its own discard reaches 7.
+        assert_eq!(local.discard_up_to(2, 7), Discarded::default());
+        assert_eq!(
+            local.discard_up_to(2, 8),
+            Discarded {
+                forgotten: vec!["l".into()],
+                delete: vec!["l".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_confirmed_claim_survives_releases_until_a_discard() {
+        let mut local = LocalClaims::default();
+        local.hold(1, "l", 1);
+        local.stop_tracking(1, "l");
+        assert_eq!(local.release(1, "l"), Released::Kept);
+        assert!(local.claims(1, "l"));
+        local.register(1, "l", 3);
+        assert_eq!(local.discard_up_to(1, 4).delete, vec!["l".to_string()]);
+    }
+}
