@@ -13,7 +13,7 @@
 //!   same store location (`<job>/dstl/<file>`) under another base stops the collection.
 //! - Nothing outside the base is touched: symbolic links below it are reported as
 //!   skipped, never followed.
-//! - An open storage's lease ([`crate::store::lease`]) protects every file of its job
+//! - An open storage's lease (`store/lease.rs`) protects every file of its job
 //!   written since the storage opened: a writer holds change sets for a checkpoint that
 //!   has not completed yet, and no manifest names them until it does.
 
@@ -243,7 +243,7 @@ pub struct Listing {
     /// Symbolic links met while listing, neither followed nor touched: gc stays inside
     /// the base.
     pub skipped_links: Vec<String>,
-    /// The leases of the jobs in scope: open storages (see [`crate::store::lease`]).
+    /// The leases of the jobs in scope: open storages (see `store/lease.rs`).
     pub leases: Vec<LeaseFile>,
 }
 
@@ -441,7 +441,7 @@ fn list_dir(dir: &Path, links: &mut Vec<String>) -> Result<Vec<StoredFile>, GcEr
 /// error, since then the listing says nothing about what that job still uses.
 ///
 /// A live lease of a job protects every unreferenced file of that job modified since
-/// the lease was taken (less [`CLOCK_SKEW`]); an expired lease is itself an orphan.
+/// the lease was taken (less a clock skew of 300 s); an expired lease is itself an orphan.
 pub fn classify(
     listing: &Listing,
     live: &Live,
