@@ -12,12 +12,18 @@
 //!   checkpoint it was last registered under once confirmed; the file is to be deleted
 //!   when no writer claims it.
 //!
+//! - [`Holdings`]: what a host delivered to one writer's guest, which is all the guest may
+//!   release, stop tracking, register or name in a snapshot it returns; and which
+//!   references to release when its sandbox goes away (those no returned snapshot names).
+//!
 //! The kinds of methods: inputs (`start_tracking`, `hold`, `release`, `stop_tracking`,
 //! `register`, `discard_up_to`), whose return values are the outputs (the files to
 //! delete), and queries (`count`, `claims`, `owners`, ...). Nothing here deletes, logs or
 //! locks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::types::{SnapshotResult, StreamHandle, UploadResult};
 
 /// Identifies one writer (ownership of local copies is per writer).
 pub type WriterId = u64;
@@ -234,6 +240,182 @@ impl LocalClaims {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// What one writer's guest holds: the host does not trust the guest (ARCHITECTURE.md, "File
+// ownership").
+
+/// A guest call a host refuses: the guest named a file it does not hold, or returned a
+/// snapshot naming change sets never delivered to it. The host traps the writer, since a
+/// guest that does this is buggy or hostile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("guest fault: {0}")]
+pub struct GuestFault(pub String);
+
+/// One file the guest holds references to.
+#[derive(Debug)]
+pub struct Holding {
+    /// Change sets in the file delivered to the guest and not released by it.
+    pub refs: u64,
+    /// A local copy (owned in the local registry) rather than a store file.
+    pub local: bool,
+    /// A snapshot naming the file was returned to the caller: a checkpoint may use it.
+    handed_out: bool,
+}
+
+/// What the host delivered to the guest of one file: all a snapshot it returns may name.
+#[derive(Debug)]
+struct Delivered {
+    /// The file's logical size, as delivered.
+    file_size: u64,
+    /// `(offset, size)` of every change set in the file delivered to the guest.
+    change_sets: HashSet<(u64, u64)>,
+}
+
+/// How many files the guest released are still remembered as delivered. A snapshot may
+/// name change sets the guest has released already (a persist that started before a
+/// truncate, for instance); pending persists are few, so the most recent files suffice,
+/// and the record stays bounded for a writer that lives for weeks.
+const RELEASED_KEPT: usize = 1024;
+
+/// The files the guest holds references to, as the host delivered them. The guest may
+/// release, stop tracking or register only these; when its sandbox goes away, the host
+/// releases those no returned snapshot names.
+#[derive(Default)]
+pub struct Holdings {
+    held: HashMap<String, Holding>,
+    /// Every held file, and the last [`RELEASED_KEPT`] released ones.
+    delivered: HashMap<String, Delivered>,
+    /// Released files in the order they were released (a file held again may be listed).
+    released: VecDeque<String>,
+}
+
+impl Holdings {
+    /// The guest was given `results`.
+    pub fn add(&mut self, results: &[UploadResult]) {
+        for result in results {
+            self.add_one(&result.remote, false, result.offset, result.size);
+            if let Some(local) = &result.local {
+                self.add_one(&local.handle, true, local.offset, result.size);
+            }
+        }
+    }
+
+    fn add_one(&mut self, file: &StreamHandle, local: bool, offset: u64, size: u64) {
+        self.held
+            .entry(file.path.clone())
+            .or_insert(Holding {
+                refs: 0,
+                local,
+                handed_out: false,
+            })
+            .refs += 1;
+        self.delivered
+            .entry(file.path.clone())
+            .or_insert_with(|| Delivered {
+                file_size: file.file_size,
+                change_sets: HashSet::new(),
+            })
+            .change_sets
+            .insert((offset, size));
+    }
+
+    /// Whether `path` is a held local copy; a fault if the guest does not hold it.
+    pub fn check(&self, path: &str, operation: &str) -> Result<bool, GuestFault> {
+        match self.held.get(path) {
+            Some(holding) if holding.refs > 0 => Ok(holding.local),
+            _ => Err(GuestFault(format!(
+                "{operation} of {path}, a file this writer does not hold"
+            ))),
+        }
+    }
+
+    /// Drops one reference; whether the file is a local copy.
+    pub fn release(&mut self, path: &str) -> Result<bool, GuestFault> {
+        let local = self.check(path, "release")?;
+        let holding = self.held.get_mut(path).expect("checked");
+        holding.refs -= 1;
+        if holding.refs == 0 {
+            self.held.remove(path);
+            self.remember_released(path);
+        }
+        Ok(local)
+    }
+
+    /// Keeps what was delivered of `path`, no longer held, among the last released files.
+    fn remember_released(&mut self, path: &str) {
+        self.released.push_back(path.to_string());
+        while self.released.len() > RELEASED_KEPT {
+            let oldest = self.released.pop_front().expect("longer than the bound");
+            if !self.held.contains_key(&oldest) && !self.released.contains(&oldest) {
+                self.delivered.remove(&oldest);
+            }
+        }
+    }
+
+    /// Checks a snapshot the guest returns for the caller and marks its files. Every
+    /// entry must be a change set the host delivered to this writer: a guest that names
+    /// another writer's change sets or a local path of its choosing would have recovery
+    /// read what it has no claim to.
+    pub fn hand_out(&mut self, snapshot: &SnapshotResult) -> Result<(), GuestFault> {
+        let entries = || {
+            let local = snapshot.local.iter().flat_map(|l| &l.entries);
+            snapshot.remote.entries.iter().chain(local)
+        };
+        for entry in entries() {
+            let path = &entry.handle.path;
+            let Some(delivered) = self.delivered.get(path) else {
+                return Err(GuestFault(format!(
+                    "a returned snapshot names {path}, a file never delivered to this writer"
+                )));
+            };
+            if entry.handle.file_size != delivered.file_size
+                || !delivered.change_sets.contains(&(entry.offset, entry.size))
+            {
+                return Err(GuestFault(format!(
+                    "a returned snapshot names a change set of {path} at offset {} of {} bytes \
+                     (file size {}) that was never delivered to this writer",
+                    entry.offset, entry.size, entry.handle.file_size
+                )));
+            }
+        }
+        for entry in entries() {
+            if let Some(holding) = self.held.get_mut(&entry.handle.path) {
+                holding.handed_out = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Local copies the local registry discarded for this writer: the guest forgets them.
+    pub fn forget(&mut self, paths: &[String]) {
+        for path in paths {
+            if self.held.remove(path).is_some() {
+                self.remember_released(path);
+            }
+        }
+    }
+
+    /// Takes the references no returned snapshot covers, to release them. The others stay
+    /// held: a checkpoint the coordinator knows about may still need those files.
+    pub fn take_unreturned(&mut self) -> Vec<(String, Holding)> {
+        let mut unreturned = Vec::new();
+        self.held.retain(|path, holding| {
+            if !holding.handed_out {
+                unreturned.push((
+                    path.clone(),
+                    Holding {
+                        refs: std::mem::take(&mut holding.refs),
+                        local: holding.local,
+                        handed_out: false,
+                    },
+                ));
+            }
+            holding.handed_out
+        });
+        unreturned
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,5 +499,80 @@ mod tests {
         assert!(local.claims(1, "l"));
         local.register(1, "l", 3);
         assert_eq!(local.discard_up_to(1, 4).delete, vec!["l".to_string()]);
+    }
+
+    fn result(path: &str, offset: u64, local: Option<&str>) -> UploadResult {
+        UploadResult {
+            sequence_number: 0,
+            remote: StreamHandle {
+                path: path.into(),
+                file_size: 100,
+            },
+            offset,
+            local: local.map(|l| crate::types::LocalCopy {
+                handle: StreamHandle {
+                    path: l.into(),
+                    file_size: 100,
+                },
+                offset,
+            }),
+            size: 10,
+        }
+    }
+
+    fn snapshot(path: &str, offset: u64) -> SnapshotResult {
+        SnapshotResult {
+            remote: crate::types::ChangelogHandle {
+                key_group_range: crate::types::KeyGroupRange { start: 0, end: 1 },
+                entries: vec![crate::types::HandleEntry {
+                    handle: StreamHandle {
+                        path: path.into(),
+                        file_size: 100,
+                    },
+                    offset,
+                    size: 10,
+                }],
+                state_size: 10,
+                incremental_size: 10,
+                storage_id: crate::types::STORAGE_ID.into(),
+            },
+            local: None,
+        }
+    }
+
+    #[test]
+    fn a_guest_may_release_only_what_it_was_given() {
+        let mut holdings = Holdings::default();
+        holdings.add(&[result("f", 0, Some("l")), result("f", 10, None)]);
+        assert_eq!(holdings.check("l", "register"), Ok(true));
+        assert_eq!(holdings.release("f"), Ok(false));
+        assert_eq!(holdings.release("f"), Ok(false));
+        assert!(
+            holdings
+                .release("f")
+                .unwrap_err()
+                .0
+                .contains("does not hold")
+        );
+        assert!(holdings.check("g", "stop-tracking").is_err());
+    }
+
+    #[test]
+    fn a_returned_snapshot_may_name_only_delivered_change_sets_and_keeps_their_files() {
+        let mut holdings = Holdings::default();
+        holdings.add(&[result("f", 0, None), result("h", 0, None)]);
+        assert!(
+            holdings.hand_out(&snapshot("f", 50)).is_err(),
+            "never delivered"
+        );
+        assert!(holdings.hand_out(&snapshot("other", 0)).is_err());
+        holdings.hand_out(&snapshot("f", 0)).unwrap();
+        let unreturned: Vec<String> = holdings
+            .take_unreturned()
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        assert_eq!(unreturned, ["h"], "the handed-out file stays held");
+        assert_eq!(holdings.check("f", "release"), Ok(false));
     }
 }

@@ -1,7 +1,8 @@
 //! Appends collected on the host side as packed columns, handed to the guest as one
-//! `append-batch` call: a call into the sandbox costs ~0.35 µs, a packed batch of 1000
-//! small changes ~20 µs (ARCHITECTURE.md, "Costs that shaped the design").
+//! `append-batch` call when `dstl_proto::handoff::HandOff` says so (ARCHITECTURE.md,
+//! "Costs that shaped the design").
 
+use dstl_proto::handoff::HandOff;
 use dstl_proto::types::WriterError;
 
 /// Packed columns of appends not yet handed to the guest.
@@ -13,10 +14,6 @@ pub(crate) struct AppendBuffer {
 }
 
 impl AppendBuffer {
-    /// Hand over at this many bytes or changes.
-    pub const MAX_BYTES: usize = 256 << 10;
-    pub const MAX_CHANGES: usize = 4096;
-
     pub fn push(&mut self, key_group: i32, value: &[u8]) {
         self.key_groups.push(key_group);
         self.lengths.push(value.len() as u32);
@@ -27,10 +24,6 @@ impl AppendBuffer {
         self.key_groups.is_empty()
     }
 
-    pub fn is_full(&self) -> bool {
-        self.data.len() >= Self::MAX_BYTES || self.key_groups.len() >= Self::MAX_CHANGES
-    }
-
     pub fn clear(&mut self) {
         self.key_groups.clear();
         self.lengths.clear();
@@ -38,23 +31,12 @@ impl AppendBuffer {
     }
 }
 
-/// Keeps the host's mirror of the guest's open bytes after an `append-batch`: the guest
-/// reports them; a failed pre-emptive persist leaves the set open and over the threshold
-/// (so the next append tries again, as the guest would); a batch the guest refused as
-/// malformed appended nothing.
-pub(crate) fn mirror_open_bytes(
-    open_bytes: &mut u64,
+/// Tells `hand_off` what the guest answered to a batch (its open bytes, or an error) and
+/// returns the answer without the open bytes.
+pub(crate) fn handed_over(
+    hand_off: &mut HandOff,
     result: Result<u64, WriterError>,
 ) -> Result<(), WriterError> {
-    match result {
-        Ok(open) => {
-            *open_bytes = open;
-            Ok(())
-        }
-        Err(e @ WriterError::InvalidArgument(_)) => Err(e),
-        Err(e) => {
-            *open_bytes = u64::MAX;
-            Err(e)
-        }
-    }
+    hand_off.handed_over(result.as_ref().copied());
+    result.map(|_| ())
 }

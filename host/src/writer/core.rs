@@ -6,6 +6,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use dstl_proto::handoff::HandOff;
 use dstl_proto::types::{WriterConfig, WriterError};
 
 use super::buffer::AppendBuffer;
@@ -64,16 +65,15 @@ pub(crate) struct WriterState {
 }
 
 /// The host's side of a writer's state.
-#[derive(Default)]
 pub(crate) struct Bookkeeping {
     pub tickets: Tickets,
     /// Appends not yet handed to the guest (see [`super::Writer::append`]).
     pub buffer: AppendBuffer,
+    /// When the buffer goes to the guest: exactly when an append reaches the pre-emptive
+    /// threshold, as without buffering, or when it is full.
+    pub hand_off: HandOff,
     /// Closed by `close` or `truncate-and-close`.
     pub closed: bool,
-    /// The guest's open change-set bytes, mirrored so that a batch is handed over exactly
-    /// when an append reaches the pre-emptive threshold, as without buffering.
-    pub open_bytes: u64,
 }
 
 impl WriterCore {
@@ -86,6 +86,7 @@ impl WriterCore {
         services: Arc<Services>,
         metrics: WriterMetrics,
     ) -> Self {
+        let hand_off = HandOff::new(config.preemptive_persist_threshold);
         Self {
             span: tracing::info_span!("writer", writer = %name, id),
             name,
@@ -96,7 +97,9 @@ impl WriterCore {
                 failure: None,
                 book: Bookkeeping {
                     tickets: Tickets::new(metrics.clone()),
-                    ..Bookkeeping::default()
+                    buffer: AppendBuffer::default(),
+                    hand_off,
+                    closed: false,
                 },
             }),
             mailbox: Mutex::new(VecDeque::new()),
@@ -157,7 +160,7 @@ impl WriterCore {
         let batch = std::mem::take(&mut state.book.buffer);
         let result = self.invoke(state, |instance, book| {
             let open = instance.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
-            Ok(super::buffer::mirror_open_bytes(&mut book.open_bytes, open))
+            Ok(super::buffer::handed_over(&mut book.hand_off, open))
         });
         // Buffered appends are counted here, once per batch, not on the append path.
         if result.is_ok() {

@@ -12,9 +12,10 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use dstl_proto::codec::META_KEY_GROUP;
+use dstl_proto::handoff::Append;
 use dstl_proto::types::{PersistCompletion, PersistReply, WriterConfig, WriterError};
 
-use self::buffer::{AppendBuffer, mirror_open_bytes};
+use self::buffer::handed_over;
 use self::core::{Bookkeeping, WriterCore};
 pub use self::persist::PersistFuture;
 use crate::error::Error;
@@ -170,22 +171,23 @@ impl Writer {
             return Err(core.writer_error(core.config.closed_error(operation)));
         }
         check.map_err(|e| core.writer_error(e))?;
-        if value.len() >= AppendBuffer::MAX_BYTES {
-            drop(state);
-            // Large values gain nothing from batching: hand them over directly.
-            return self
-                .call(|instance, book| {
-                    let open = instance.append_batch(&[key_group], &[value.len() as u32], value)?;
-                    Ok(mirror_open_bytes(&mut book.open_bytes, open))
-                })
-                .inspect(|()| core.metrics.appended(1, value.len()));
-        }
-        let book = &mut state.book;
-        book.buffer.push(key_group, value);
-        book.open_bytes = book.open_bytes.saturating_add(value.len() as u64);
-        let preemptive = book.open_bytes >= core.config.preemptive_persist_threshold;
-        if !preemptive && !book.buffer.is_full() {
-            return Ok(());
+        match state.book.hand_off.append(value.len()) {
+            Append::Alone => {
+                drop(state);
+                // Large values gain nothing from batching: hand them over directly.
+                return self
+                    .call(|instance, book| {
+                        let open =
+                            instance.append_batch(&[key_group], &[value.len() as u32], value)?;
+                        Ok(handed_over(&mut book.hand_off, open))
+                    })
+                    .inspect(|()| core.metrics.appended(1, value.len()));
+            }
+            Append::Buffer => {
+                state.book.buffer.push(key_group, value);
+                return Ok(());
+            }
+            Append::BufferAndHandOver => state.book.buffer.push(key_group, value),
         }
         // As for any call: upload outcomes that arrived first are delivered first.
         let _span = core.span.enter();
@@ -208,7 +210,7 @@ impl Writer {
     ) -> Result<(), Error> {
         let result = self.call(|instance, book| {
             let open = instance.append_batch(key_groups, lengths, data)?;
-            Ok(mirror_open_bytes(&mut book.open_bytes, open))
+            Ok(handed_over(&mut book.hand_off, open))
         });
         if result.is_ok() {
             self.core.metrics.appended(key_groups.len(), data.len());
@@ -224,7 +226,7 @@ impl Writer {
     /// Closes the open change set (if non-empty) and returns the next sequence number.
     pub fn next_sequence_number(&self) -> Result<u64, Error> {
         self.call(|instance, book| {
-            book.open_bytes = 0;
+            book.hand_off.rolled_over();
             instance.next_sequence_number()
         })
     }
@@ -238,7 +240,7 @@ impl Writer {
             let reply = instance.persist(from, checkpoint)?;
             // The guest rolled the open change set over unless a precondition failed.
             if matches!(reply, Ok(_) | Err(WriterError::UploadFailed(_))) {
-                book.open_bytes = 0;
+                book.hand_off.rolled_over();
             }
             Ok(reply.map(|reply| match reply {
                 PersistReply::Ready(snapshot) => PersistFuture::ready(Ok(snapshot)),
