@@ -1,5 +1,6 @@
-//! Exports the writer and reader through the WIT world `changelog`, and implements the
-//! writer's [`Effects`] with the host's imports.
+//! Exports the writer, reader and file encoder through the WIT world `guest` (the
+//! `changelog` world and the ownership rules, `ownership.rs`), and implements the writer's
+//! [`Effects`] with the host's imports.
 
 use std::cell::RefCell;
 
@@ -7,14 +8,17 @@ use dstl_proto::codec;
 use dstl_proto::types as domain;
 use dstl_proto::writer::{Effects, Writer};
 
+use crate::ownership;
+
 wit_bindgen::generate!({
-    world: "changelog",
+    world: "guest",
     path: "wit",
 });
 
 use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
+use exports::dstl::changelog::ownership::Guest as OwnershipGuest;
 use exports::dstl::changelog::reader::Guest as ReaderGuest;
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
@@ -78,6 +82,47 @@ fn from_wit_stream(h: wit::StreamHandle) -> domain::StreamHandle {
     domain::StreamHandle {
         path: h.path,
         file_size: h.file_size,
+    }
+}
+
+pub(crate) fn from_wit_result(r: wit::UploadResult) -> domain::UploadResult {
+    domain::UploadResult {
+        sequence_number: r.sequence_number,
+        remote: from_wit_stream(r.remote),
+        offset: r.offset,
+        local: r.local.map(|l| domain::LocalCopy {
+            handle: from_wit_stream(l.handle),
+            offset: l.offset,
+        }),
+        size: r.size,
+    }
+}
+
+fn from_wit_handle(h: wit::ChangelogHandle) -> domain::ChangelogHandle {
+    domain::ChangelogHandle {
+        entries: h
+            .entries
+            .into_iter()
+            .map(|e| domain::HandleEntry {
+                handle: from_wit_stream(e.handle),
+                offset: e.offset,
+                size: e.size,
+            })
+            .collect(),
+        key_group_range: domain::KeyGroupRange {
+            start: h.key_group_range.start,
+            end: h.key_group_range.end,
+        },
+        state_size: h.state_size,
+        incremental_size: h.incremental_size,
+        storage_id: h.storage_id,
+    }
+}
+
+pub(crate) fn from_wit_snapshot(s: wit::SnapshotResult) -> domain::SnapshotResult {
+    domain::SnapshotResult {
+        remote: from_wit_handle(s.remote),
+        local: s.local.map(from_wit_handle),
     }
 }
 
@@ -229,19 +274,7 @@ impl GuestWriter for WriterResource {
         task: u64,
         results: Vec<wit::UploadResult>,
     ) -> Vec<wit::PersistCompletion> {
-        let results = results
-            .into_iter()
-            .map(|r| domain::UploadResult {
-                sequence_number: r.sequence_number,
-                remote: from_wit_stream(r.remote),
-                offset: r.offset,
-                local: r.local.map(|l| domain::LocalCopy {
-                    handle: from_wit_stream(l.handle),
-                    offset: l.offset,
-                }),
-                size: r.size,
-            })
-            .collect();
+        let results = results.into_iter().map(from_wit_result).collect();
         self.with(|wr, fx| Ok(wr.on_upload_succeeded(fx, task, results)))
             .map(to_wit_completions)
             .unwrap_or_default()
@@ -300,6 +333,12 @@ impl FilesGuest for Component {
             logical_size,
         }
     }
+}
+
+impl OwnershipGuest for Component {
+    type TaskRefs = ownership::TaskRefsResource;
+    type LocalClaims = ownership::LocalClaimsResource;
+    type Holdings = ownership::HoldingsResource;
 }
 
 export!(Component);

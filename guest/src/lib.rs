@@ -1,9 +1,11 @@
-//! The dstl writer component: exports the writer state machine and the codec of
-//! `dstl-proto` through the WIT world `dstl:changelog/changelog`, and implements the
-//! writer's effects with the host's imports.
+//! The dstl writer component: exports the writer state machine, the codec and the
+//! ownership rules of `dstl-proto` through the WIT world `dstl:changelog/guest`, and
+//! implements the writer's effects with the host's imports.
 //!
 //! The bindings compile only for `wasm32`; natively this crate is empty (the logic and
 //! its unit tests live in `dstl-proto`).
 
 #[cfg(target_arch = "wasm32")]
 mod component;
+#[cfg(target_arch = "wasm32")]
+mod ownership;

@@ -10,8 +10,8 @@
 // called, and no writer instance's exports are ever called from inside one of its
 // imports (which would re-enter that guest).
 
-import { IMPORT_KEYS, loadComponent } from './component.mjs';
-import { Capture, wasiImports } from './wasi.mjs';
+import { idleImports, loadComponent } from './component.mjs';
+import { Capture } from './wasi.mjs';
 
 /** The codec's memory is bounded only by wasm32: a file must never be too big to write. */
 const MEMORY_LIMIT = 4 * 2 ** 30;
@@ -35,20 +35,6 @@ export class CodecTrap extends Error {
     super(message);
     this.name = 'CodecTrap';
   }
-}
-
-/** Imports of an instance that runs no writer: nothing of them is ever called. */
-function codecImports(capture) {
-  const refuse = (what) => () => {
-    throw String(`the codec instance runs no writer (${what} called)`);
-  };
-  return {
-    ...wasiImports(capture),
-    [IMPORT_KEYS.uploader]: { schedule: refuse('schedule') },
-    [IMPORT_KEYS.registry]: { release: () => {}, stopTracking: () => {} },
-    [IMPORT_KEYS.localRegistry]: { register: () => {}, discardUpTo: () => [] },
-    [IMPORT_KEYS.logging]: { log: () => {} },
-  };
 }
 
 /** Bytes as one view (jco lowers any TypedArray or ArrayBuffer view as it is). */
@@ -82,7 +68,7 @@ export class ComponentCodec {
   #instance() {
     if (!this.live) {
       const capture = new Capture();
-      const root = this.component.instantiate(codecImports(capture), MEMORY_LIMIT);
+      const root = this.component.instantiate(idleImports(capture, 'codec'), MEMORY_LIMIT);
       this.live = { root, capture, memory: root.memory };
     }
     return this.live;

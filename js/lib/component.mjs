@@ -17,6 +17,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { SetupError } from './errors.mjs';
+import { wasiImports } from './wasi.mjs';
 import { NAME, PATCH_VERSION, readTranspiled, sha256, transpileToCache } from './transpile.mjs';
 
 /** The transpiled component the package ships (`<package>/component/`). */
@@ -151,7 +152,7 @@ export class Component {
    *
    * @param {object} imports
    * @param {number} memoryLimit bytes
-   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function, layoutPlainFile: Function}, memory: WebAssembly.Memory|null}}
+   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function, layoutPlainFile: Function}, ownership: {TaskRefs: Function, LocalClaims: Function, Holdings: Function}, memory: WebAssembly.Memory|null}}
    */
   instantiate(imports, memoryLimit) {
     const pages = Math.max(1, Math.floor(memoryLimit / WASM_PAGE));
@@ -163,7 +164,7 @@ export class Component {
       }
       return instance;
     });
-    return { writer: root.writer, reader: root.reader, files: root.files, memory: exports.memory };
+    return { writer: root.writer, reader: root.reader, files: root.files, ownership: root.ownership, memory: exports.memory };
   }
 }
 
@@ -252,3 +253,24 @@ export const IMPORT_KEYS = Object.freeze({
   localRegistry: 'dstl:changelog/local-registry',
   logging: 'dstl:changelog/logging',
 });
+
+/**
+ * Imports of an instance that runs no writer (the codec's, the ownership rules'): nothing
+ * of them is ever called; `schedule` refuses, naming the instance.
+ *
+ * @param {import('./wasi.mjs').Capture} capture
+ * @param {string} role what the instance is for, for the refusal
+ */
+export function idleImports(capture, role) {
+  return {
+    ...wasiImports(capture),
+    [IMPORT_KEYS.uploader]: {
+      schedule: () => {
+        throw String(`the ${role} instance runs no writer (schedule called)`);
+      },
+    },
+    [IMPORT_KEYS.registry]: { release: () => {}, stopTracking: () => {} },
+    [IMPORT_KEYS.localRegistry]: { register: () => {}, discardUpTo: () => [] },
+    [IMPORT_KEYS.logging]: { log: () => {} },
+  };
+}

@@ -324,12 +324,12 @@ export class Scheduler {
   /**
    * @param {import('./config.mjs').Config} config
    * @param {Uploader} uploader
-   * @param {import('./registry.mjs').TaskRegistry} registry
-   * @param {import('./registry.mjs').Outstanding} outstanding
+   * @param {import('./ownership.mjs').Ownership} ownership
+   * @param {import('./ownership.mjs').Outstanding} outstanding
    * @param {Metrics} metrics
    * @param {(level: string, message: string) => void} log
    */
-  constructor(config, uploader, registry, outstanding, metrics, log) {
+  constructor(config, uploader, ownership, outstanding, metrics, log) {
     this.delayMs = config.persistDelayMs;
     this.sizeThreshold = config.persistSizeThreshold;
     this.policy =
@@ -339,7 +339,7 @@ export class Scheduler {
     this.pool = new Pool(config.uploadThreads);
     this.throttle = new Throttle(config.maxInFlight);
     this.uploader = uploader;
-    this.registry = registry;
+    this.ownership = ownership;
     this.outstanding = outstanding;
     this.metrics = metrics;
     this.log = log;
@@ -408,8 +408,7 @@ export class Scheduler {
       ({ result: file }) => {
         this.metrics.uploaded_files++;
         this.metrics.written_bytes += file.written;
-        this.registry.startTracking(file.remote, file.changeSets);
-        if (file.local) this.registry.startTracking(file.local, file.changeSets);
+        this.ownership.uploaded(file, batch.map((queued) => queued.writer.id));
         batch.forEach((queued, i) => this.#deliver(queued, { kind: 'succeeded', task: queued.task.id, results: file.perTask[i] }));
       },
       (cause) => {

@@ -1,12 +1,12 @@
 // `ChangelogStorage`: one per process or job. It owns the compiled component, the upload
-// machinery and the registries all its writers share (the Rust host's storage.rs).
+// machinery and the file ownership all its writers share (the Rust host's storage.rs).
 
 import { ComponentCodec } from './codec.mjs';
 import { Config } from './config.mjs';
 import { loadComponent } from './component.mjs';
 import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
 import { readHandle } from './reader.mjs';
-import { Discarder, LocalRegistry, Outstanding, TaskRegistry } from './registry.mjs';
+import { Discarder, Outstanding, Ownership } from './ownership.mjs';
 import { Metrics, Scheduler, Uploader } from './scheduler.mjs';
 import { Lease } from './lease.mjs';
 import { LocalStore } from './store.mjs';
@@ -43,22 +43,17 @@ export class ChangelogStorage {
     this.metricsCounters = new Metrics();
     const log = (level, message) => this._log(level, null, message);
     const discarder = new Discarder(stores, this.outstanding, log);
-    /** Reference counts of uploaded files no confirmed checkpoint owns yet. */
-    this.taskRegistry = new TaskRegistry(discarder);
+    /** Who owns which file: the rules in a component instance of their own. */
+    this.ownership = new Ownership(component, discarder, log);
     /** @type {Set<Writer>} */
     this.writers = new Set();
-    /** Local copies per checkpoint, owned per writer. */
-    this.localRegistry = new LocalRegistry(discarder, (path, except) => {
-      for (const writer of this.writers) if (writer.id !== except && writer.holds(path)) return true;
-      return false;
-    });
     /**
      * The component's file format in an instance of its own (never a writer's): files
      * are encoded and read back through it.
      */
     this.codec = new ComponentCodec(component);
     this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log, this.codec, config.uploadThreads);
-    this.scheduler = new Scheduler(config, this.uploader, this.taskRegistry, this.outstanding, this.metricsCounters, log);
+    this.scheduler = new Scheduler(config, this.uploader, this.ownership, this.outstanding, this.metricsCounters, log);
     this.closed = false;
     this.nextWriterId = 0;
   }
@@ -125,11 +120,8 @@ export class ChangelogStorage {
   }
 
   /** @internal releases every file reference of upload results whose writer is gone */
-  _releaseResults(results) {
-    for (const result of results) {
-      this.taskRegistry.release(result.remote.path);
-      if (result.local) this.taskRegistry.release(result.local.handle.path);
-    }
+  _releaseResults(writerId, results) {
+    this.ownership.releaseResults(writerId, results);
   }
 
   /**
@@ -164,7 +156,7 @@ export class ChangelogStorage {
       preemptivePersistThreshold: BigInt(this.config.preemptivePersistThreshold),
       localRecovery: this.config.localRecovery,
     };
-    const writer = new Writer(this, config, { memoryLimit, callTimeoutMs, id: `w${this.nextWriterId++}` });
+    const writer = new Writer(this, config, { memoryLimit, callTimeoutMs, id: this.nextWriterId++ });
     this.writers.add(writer);
     return writer;
   }

@@ -119,10 +119,8 @@ export class Writer {
   #mailbox = [];
   #busy = false;
   #fault = null;
-  /** @type {Map<string, number>} file references delivered to the guest, not yet released */
-  #held = new Map();
-  /** @type {Set<string>} files referenced by snapshots returned to the caller */
-  #returned = new Set();
+  /** What the guest holds (the `holdings` of the component's ownership rules). */
+  #holdings;
   #capture = new Capture();
 
   /** @internal use {@link ChangelogStorage#createWriter} */
@@ -132,8 +130,9 @@ export class Writer {
     this.#options = options;
     /** The operator name. */
     this.name = config.name;
-    /** An id unique within the storage (owner of local-registry entries). */
+    /** A number unique within the storage (the owner of its claims on local copies). */
     this.id = options.id;
+    this.#holdings = storage.ownership.newHoldings();
     try {
       const root = storage.component.instantiate(this.#imports(), options.memoryLimit);
       const resource = new root.writer.Writer(config);
@@ -148,11 +147,6 @@ export class Writer {
     return this.#failure;
   }
 
-  /** True while the writer holds a reference to `path` (the storage asks, for deletion). */
-  holds(path) {
-    return this.#held.has(path);
-  }
-
   #imports() {
     const storage = this.#storage;
     const log = (level, message) => storage._log(level, this.name, message);
@@ -161,16 +155,14 @@ export class Writer {
         return fn(...args);
       } catch (e) {
         // An exception must never unwind through the guest: record it as a fault that
-        // poisons this writer once its call returns.
-        this.#fault ??= `the host's ${what} import failed: ${e?.message ?? e}`;
+        // poisons this writer once its call returns. A string is a guest fault the
+        // ownership rules found (the guest named a file it does not hold).
+        this.#fault ??= typeof e === 'string' ? e : `the host's ${what} import failed: ${e?.message ?? e}`;
         return undefined;
       }
     };
-    const requireHeld = (operation, path) => {
-      if (this.#held.has(path)) return true;
-      this.#fault ??= `guest fault: ${operation} of ${path}, a file writer ${this.name} does not hold`;
-      return false;
-    };
+    const ownership = storage.ownership;
+    const holdings = this.#holdings;
     return {
       ...wasiImports(this.#capture),
       [IMPORT_KEYS.uploader]: {
@@ -187,27 +179,24 @@ export class Writer {
       },
       [IMPORT_KEYS.registry]: {
         release: guard('release', (handle) => {
-          if (!requireHeld('release', handle.path)) return;
-          const count = this.#held.get(handle.path);
-          if (count <= 1) this.#held.delete(handle.path);
-          else this.#held.set(handle.path, count - 1);
-          storage.taskRegistry.release(handle.path);
+          ownership.release(this.id, handle.path, holdings.release(handle.path));
         }),
         stopTracking: guard('stop-tracking', (handle) => {
-          // The writer still holds the file (it releases it when the change set is
-          // truncated); only the registry stops counting it.
-          if (!requireHeld('stop-tracking', handle.path)) return;
-          storage.taskRegistry.stopTracking(handle.path);
+          ownership.stopTracking(this.id, handle.path, holdings.check(handle.path, 'stop-tracking'));
         }),
       },
       [IMPORT_KEYS.localRegistry]: {
         register: guard('register', (handle, checkpoint) => {
-          if (!requireHeld('local register', handle.path)) return;
-          storage.localRegistry.register(this.id, handle.path, checkpoint);
+          if (!holdings.check(handle.path, 'local register')) {
+            throw String(`guest fault: local register of ${handle.path}, a store file rather than a local copy`);
+          }
+          ownership.register(this.id, handle.path, checkpoint);
         }),
         discardUpTo: (checkpoint) => {
           try {
-            return storage.localRegistry.discardUpTo(this.id, checkpoint);
+            const forgotten = ownership.discardUpTo(this.id, checkpoint);
+            holdings.forget(forgotten);
+            return forgotten;
           } catch (e) {
             this.#fault ??= `the host's discard-up-to import failed: ${e?.message ?? e}`;
             return [];
@@ -337,7 +326,7 @@ export class Writer {
       }
       let promise;
       if (reply.tag === 'ready') {
-        this.#noteReturned(reply.val);
+        if (!this.#handOut(reply.val)) return undefined;
         promise = Promise.resolve(reply.val);
       } else {
         promise = new Promise((resolve, reject) => this.#pending.set(reply.val, { resolve, reject }));
@@ -370,7 +359,7 @@ export class Writer {
       // After close the guest refuses calls, but a confirmation still ends the local
       // copies this writer registered below the checkpoint (not an error).
       this.#enter();
-      this.#storage.localRegistry.discardUpTo(this.id, args[2]);
+      this.#holdings.forget(this.#storage.ownership.discardUpTo(this.id, args[2]));
       return;
     }
     this.#callWith((live) => live.resource.confirm(...args));
@@ -395,6 +384,7 @@ export class Writer {
     const sqn = u64(from, 'from');
     this.#callWith((live) => this.#resolve(live.resource.truncateAndClose(sqn)));
     this.#closed = true;
+    this.#storage.ownership.releaseUnreturned(this.id, this.#holdings);
   }
 
   /**
@@ -404,17 +394,21 @@ export class Writer {
   close() {
     this.#callWith((live) => this.#resolve(live.resource.close()));
     this.#closed = true;
+    // The guest will release nothing more: what no returned snapshot names goes now.
+    this.#storage.ownership.releaseUnreturned(this.id, this.#holdings);
   }
 
   /**
    * Drops the sandbox now (as dropping a Rust `Writer`): later calls fail with `closed`,
    * pending persists reject, uploads still in flight release their files when they land.
-   * Files the writer held stay tracked (a checkpoint may still need them).
+   * Files of snapshots it returned stay tracked (a checkpoint may still need them); the
+   * others it held are released.
    */
   dispose() {
     this.#storage.writers.delete(this);
     if (!this.#live) return;
     this.#dropInstance();
+    this.#storage.ownership.releaseUnreturned(this.id, this.#holdings);
     const error = new WriterError(this.name, 'closed', `writer ${this.name} was dropped before the persist completed`);
     this.#rejectAll(error);
     this.#drain();
@@ -507,11 +501,7 @@ export class Writer {
     // The guest's references die with it. Files of snapshots already returned to the
     // caller stay tracked (a checkpoint may still be confirmed); the rest are released,
     // so files no one else needs are deleted.
-    for (const [path, count] of this.#held) {
-      if (this.#returned.has(path)) continue;
-      for (let i = 0; i < count; i++) this.#storage.taskRegistry.release(path);
-    }
-    this.#held.clear();
+    this.#storage.ownership.releaseUnreturned(this.id, this.#holdings);
     this.#buffer.clear();
     this.#rejectAll(this.#trappedError());
   }
@@ -538,9 +528,19 @@ export class Writer {
     return new WriterError(this.name, 'closed', `writer ${this.name} was dropped`);
   }
 
-  #noteReturned(snapshot) {
-    for (const entry of snapshot.remote.entries) this.#returned.add(entry.handle.path);
-    for (const entry of snapshot.local?.entries ?? []) this.#returned.add(entry.handle.path);
+  /**
+   * A snapshot goes to the caller only if it names what this writer holds; otherwise the
+   * guest lied, and the call poisons the writer. Runs inside a guest call.
+   * @returns {boolean} whether the snapshot may be handed out
+   */
+  #handOut(snapshot) {
+    try {
+      this.#holdings.handOut(snapshot);
+      return true;
+    } catch (e) {
+      this.#fault ??= typeof e === 'string' ? e : `the host's hand-out failed: ${e?.message ?? e}`;
+      return false;
+    }
   }
 
   #resolve(completions) {
@@ -550,9 +550,11 @@ export class Writer {
         this.#storage._log('warn', this.name, `completion for an unknown persist ${ticket}`);
         continue;
       }
+      // A lying guest's snapshot is never handed out: the writer is poisoned, which
+      // rejects the waiter still pending.
+      if (outcome.tag === 'ok' && !this.#handOut(outcome.val)) continue;
       this.#pending.delete(ticket);
       if (outcome.tag === 'ok') {
-        this.#noteReturned(outcome.val);
         waiter.resolve(outcome.val);
       } else {
         waiter.reject(new WriterError(this.name, outcome.val.tag, outcome.val.val));
@@ -571,16 +573,13 @@ export class Writer {
       const letter = this.#mailbox.shift();
       if (!this.#live) {
         // The sandbox is gone: nobody will reference these files.
-        if (letter.kind === 'succeeded') this.#storage._releaseResults(letter.results);
+        if (letter.kind === 'succeeded') this.#storage._releaseResults(this.id, letter.results);
         continue;
       }
       try {
         this.#invoke((live) => {
           if (letter.kind === 'succeeded') {
-            for (const result of letter.results) {
-              this.#held.set(result.remote.path, (this.#held.get(result.remote.path) ?? 0) + 1);
-              if (result.local) this.#held.set(result.local.handle.path, (this.#held.get(result.local.handle.path) ?? 0) + 1);
-            }
+            this.#holdings.add(letter.results);
             this.#resolve(live.resource.onUploadSucceeded(letter.task, letter.results));
           } else {
             this.#resolve(live.resource.onUploadFailed(letter.task, letter.cause));

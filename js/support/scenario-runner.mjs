@@ -381,7 +381,7 @@ async function check(storage, step, snapshot, what) {
   }
   for (const name of step.exist ?? []) for (const path of paths(snapshot(name))) assert.ok(existsSync(path), `${what}: ${path} of ${name} was deleted`);
   for (const name of step.gone ?? []) for (const path of paths(snapshot(name))) assert.ok(!existsSync(path), `${what}: ${path} of ${name} is still there`);
-  if (step.tracked !== undefined) assert.equal(storage.taskRegistry.tracked(), step.tracked, `${what}: tracked files`);
+  if (step.tracked !== undefined) assert.equal(storage.ownership.tracked(), step.tracked, `${what}: tracked files`);
   if (step.local_files !== undefined) {
     assert.equal(listDir(storage.config.localCopiesDir()).length, step.local_files, `${what}: local copies`);
   }

@@ -274,7 +274,7 @@ describe('the JS API', () => {
     assert.throws(() => w.append(1, Buffer.from('y')), (e) => e.kind === 'closed');
     await storage.idle();
     assert.deepEqual(readdirSync(storage.config.jobDir()), []);
-    assert.equal(storage.taskRegistry.tracked(), 0);
+    assert.equal(storage.ownership.tracked(), 0);
     await storage.close();
   });
 
