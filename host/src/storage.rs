@@ -178,19 +178,11 @@ impl ChangelogStorage {
             ),
         };
         let local = if config.local_recovery {
-            let dir = config.local_copies_dir();
-            let store = LocalStore::open(&dir).map_err(|e| {
-                Error::setup(
-                    format!("cannot create the local-copy directory {}", dir.display()),
-                    e,
-                )
-            })?;
-            Some(
-                store
-                    .with_buffer_size(config.upload_buffer_size as usize)
-                    .with_fsync(config.local_fsync)
-                    .with_direct_io(config.local_direct_io),
-            )
+            Some(local_store(
+                &config,
+                &config.local_copies_dir(),
+                "local-copy directory",
+            )?)
         } else {
             None
         };
@@ -279,24 +271,11 @@ impl ChangelogStorage {
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<Arc<dyn Store>, Error> {
         Ok(match config.location() {
-            Location::Local(_) => {
-                let job_dir = config.job_dir();
-                let store = LocalStore::open(&job_dir).map_err(|e| {
-                    Error::setup(
-                        format!(
-                            "cannot create the changelog directory {}",
-                            job_dir.display()
-                        ),
-                        e,
-                    )
-                })?;
-                Arc::new(
-                    store
-                        .with_buffer_size(config.upload_buffer_size as usize)
-                        .with_fsync(config.local_fsync)
-                        .with_direct_io(config.local_direct_io),
-                )
-            }
+            Location::Local(_) => Arc::new(local_store(
+                config,
+                &config.job_dir(),
+                "changelog directory",
+            )?),
             Location::S3 { bucket, prefix } => {
                 let key_prefix = job_key_prefix(&prefix, &config.job_id);
                 Arc::new(
@@ -523,6 +502,16 @@ impl Closing {
             lease.release();
         }
     }
+}
+
+/// A local store in `dir` (the `what` of errors) writing as `config` says.
+fn local_store(config: &Config, dir: &std::path::Path, what: &str) -> Result<LocalStore, Error> {
+    let store = LocalStore::open(dir)
+        .map_err(|e| Error::setup(format!("cannot create the {what} {}", dir.display()), e))?;
+    Ok(store
+        .with_buffer_size(config.upload_buffer_size as usize)
+        .with_fsync(config.local_fsync)
+        .with_direct_io(config.local_direct_io))
 }
 
 impl Drop for ChangelogStorage {

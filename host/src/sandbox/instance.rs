@@ -154,13 +154,12 @@ impl Instance {
         })
     }
 
-    /// `persist`. A snapshot ready at once counts as returned to the caller.
     /// Why the last `schedule` the guest made was refused, if it was (once).
     pub fn take_refusal(&mut self) -> Option<crate::upload::UploadError> {
         self.store.data_mut().refused.take()
     }
 
-    /// `persist`.
+    /// `persist`. A snapshot ready at once counts as returned to the caller.
     pub fn persist(&mut self, from: u64, checkpoint: i64) -> Call<PersistReply> {
         self.store.data_mut().persisting = true;
         let reply = self.call(|b, store, r| {

@@ -16,7 +16,7 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
@@ -126,6 +126,16 @@ impl std::fmt::Debug for BufferPool {
     }
 }
 
+/// Creates the new, empty file `path` for direct writes. Fails with `EINVAL` where the
+/// file system refuses `O_DIRECT`.
+pub(crate) fn create_new(path: &std::path::Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
 /// Writes `parts` one after the other into `file`, opened with `O_DIRECT` and empty,
 /// and leaves it exactly their length long. Not synced: the caller fsyncs.
 pub(crate) fn write_parts(file: &File, parts: &[&[u8]], pool: &BufferPool) -> std::io::Result<u64> {
@@ -163,7 +173,6 @@ pub(crate) fn write_parts(file: &File, parts: &[&[u8]], pool: &BufferPool) -> st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::OpenOptionsExt;
 
     #[test]
     fn files_of_every_shape_are_written_exactly() {
@@ -179,12 +188,7 @@ mod tests {
         ];
         for (i, parts) in cases.iter().enumerate() {
             let path = tmp.path().join(format!("f{i}"));
-            let file = match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(&path)
-            {
+            let file = match create_new(&path) {
                 Ok(file) => file,
                 // A file system without O_DIRECT (tmpfs): nothing to test here.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return,

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{LocalStore, Location, S3Error, S3Settings, S3Store, Store};
+use super::{LocalStore, Location, S3Error, S3Settings, S3Store, Store, join_key};
 
 /// Directory of the leases, beside `dstl/` in a job's directory.
 pub const LEASE_DIR: &str = "leases";
@@ -135,12 +135,7 @@ impl Lease {
                 (LeaseDir::Local(dir), path)
             }
             Location::S3 { bucket, prefix } => {
-                let key_prefix = [prefix.as_str(), job, LEASE_DIR]
-                    .iter()
-                    .filter(|p| !p.is_empty())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join("/");
+                let key_prefix = join_key(&[prefix, job, LEASE_DIR]);
                 let store = S3Store::open_at(s3, bucket, &key_prefix, runtime)?;
                 let path = store
                     .create(&name, &bytes)

@@ -6,7 +6,6 @@
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -37,6 +36,16 @@ struct Direct {
     /// systems): later creates do not try again.
     refused: AtomicBool,
     buffers: direct::BufferPool,
+}
+
+impl Direct {
+    fn new(enabled: bool) -> Arc<Self> {
+        Arc::new(Self {
+            enabled,
+            refused: AtomicBool::new(false),
+            buffers: direct::BufferPool::default(),
+        })
+    }
 }
 
 /// Group commit of directory syncs: a create that needs its new name durable waits for
@@ -154,11 +163,7 @@ impl LocalStore {
             buffer_size: DEFAULT_BUFFER_SIZE,
             fsync: true,
             dir_sync: Arc::default(),
-            direct: Arc::new(Direct {
-                enabled: true,
-                refused: AtomicBool::new(false),
-                buffers: direct::BufferPool::default(),
-            }),
+            direct: Direct::new(true),
         })
     }
 
@@ -166,11 +171,7 @@ impl LocalStore {
     /// page cache (on by default; where the file system refuses it, files go through
     /// the page cache as without). Files written without fsync always go through it.
     pub fn with_direct_io(mut self, enabled: bool) -> Self {
-        self.direct = Arc::new(Direct {
-            enabled,
-            refused: AtomicBool::new(false),
-            buffers: direct::BufferPool::default(),
-        });
+        self.direct = Direct::new(enabled);
         self
     }
 
@@ -292,12 +293,7 @@ impl LocalStore {
             && !self.direct.refused.load(Ordering::Relaxed)
         {
             let refused = |e: &std::io::Error| e.raw_os_error() == Some(libc::EINVAL);
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(staging)
-            {
+            match direct::create_new(staging) {
                 Ok(file) => match direct::write_parts(&file, parts, &self.direct.buffers) {
                     Ok(_) => return Ok(file),
                     // Opened but not written to directly: start over through the cache.

@@ -175,13 +175,7 @@ impl Writer {
             Append::Alone => {
                 drop(state);
                 // Large values gain nothing from batching: hand them over directly.
-                return self
-                    .call(|instance, book| {
-                        let open =
-                            instance.append_batch(&[key_group], &[value.len() as u32], value)?;
-                        Ok(handed_over(&mut book.hand_off, open))
-                    })
-                    .inspect(|()| core.metrics.appended(1, value.len()));
+                return self.append_batch(&[key_group], &[value.len() as u32], value);
             }
             Append::Buffer => {
                 state.book.buffer.push(key_group, value);

@@ -127,14 +127,7 @@ impl S3Store {
             .endpoint
             .clone()
             .unwrap_or_else(|| "AWS S3".to_string());
-        let key = Key::from(
-            [self.prefix.as_str(), ".dstl-probe"]
-                .iter()
-                .filter(|p| !p.is_empty())
-                .copied()
-                .collect::<Vec<_>>()
-                .join("/"),
-        );
+        let key = Key::from(super::join_key(&[&self.prefix, ".dstl-probe"]));
         let limit = settings
             .request_timeout
             .unwrap_or(Duration::from_secs(10))

@@ -19,7 +19,12 @@ use std::time::Duration;
 /// The key prefix of a job's changelog files under a base prefix: `<prefix>/<job>/dstl`
 /// (`<job>/dstl` under an empty prefix; just `prefix` for an empty job).
 pub(crate) fn job_key_prefix(prefix: &str, job_id: &str) -> String {
-    [prefix, job_id, if job_id.is_empty() { "" } else { "dstl" }]
+    join_key(&[prefix, job_id, if job_id.is_empty() { "" } else { "dstl" }])
+}
+
+/// Key segments joined by `/`, empty ones left out (an empty base prefix adds nothing).
+pub(crate) fn join_key(segments: &[&str]) -> String {
+    segments
         .iter()
         .filter(|p| !p.is_empty())
         .copied()
