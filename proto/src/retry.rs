@@ -11,7 +11,7 @@
 //! - **outputs**: [`Retry::poll_action`] (start an attempt) and [`Retry::outcome`] (the
 //!   decision, once there is one);
 //! - **timers**: [`Retry::poll_timeout`], the next instant the machine must be told of;
-//! - **queries**: [`Retry::may_start`], [`Retry::attempts`].
+//! - **queries**: [`Retry::may_start`], [`Retry::startable`], [`Retry::attempts`].
 //!
 //! Rules (ARCHITECTURE.md, "Where dstl differs from Flink", F8):
 //!
@@ -224,7 +224,12 @@ impl Retry {
     /// before it was finalized (it waited for a thread past its deadline), or before the
     /// upload was decided, must not run.
     pub fn may_start(&self, n: u32) -> bool {
-        self.outcome.is_none() && self.current == Some(n)
+        self.startable() == Some(n)
+    }
+
+    /// Query: the one attempt that may still start (see [`Retry::may_start`]), if any.
+    pub fn startable(&self) -> Option<u32> {
+        self.current.filter(|_| self.outcome.is_none())
     }
 
     /// Query: attempts started so far.

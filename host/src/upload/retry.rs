@@ -111,7 +111,7 @@ where
     D: Fn(R) + Send + 'static,
 {
     let attempt = Arc::new(attempt);
-    // The number of the one attempt that may still start (`Retry::may_start`), for the
+    // The number of the one attempt that may still start (`Retry::startable`), for the
     // attempt tasks to read when they get their permit: an attempt finalized while it
     // waited, or after the upload was decided, releases the permit without running.
     let live = Arc::new(AtomicU32::new(0));
@@ -121,13 +121,7 @@ where
     let mut errors: HashMap<u32, AttemptError> = HashMap::new();
     let outcome = loop {
         // Before any attempt task can look at it: the attempt that may start now.
-        live.store(
-            (1..=retry.attempts())
-                .rev()
-                .find(|&n| retry.may_start(n))
-                .unwrap_or(0),
-            Ordering::SeqCst,
-        );
+        live.store(retry.startable().unwrap_or(0), Ordering::SeqCst);
         while let Some(Action::Start(n)) = retry.poll_action() {
             let attempt = attempt.clone();
             let permits = permits.clone();
