@@ -7,6 +7,9 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+mod support;
+use support::{describe, s};
+
 /// The files Apache Flink 2.3.0 wrote, kept in the repository (`tests/golden/`).
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden");
 
@@ -21,29 +24,15 @@ fn golden_dir() -> PathBuf {
 }
 
 fn dstl(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dstl"))
-        .current_dir(cwd)
+    support::command(cwd)
         .args(args)
-        .env_remove("RUST_LOG")
         .output()
         .expect("the dstl binary starts")
 }
 
-fn describe(args: &[&str], out: &Output) -> String {
-    format!(
-        "dstl {}\nexit: {}\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// Runs `dstl args` and returns its stdout, failing the test if it fails.
 fn ok(cwd: &Path, args: &[&str]) -> String {
-    let out = dstl(cwd, args);
-    assert!(out.status.success(), "{}", describe(args, &out));
-    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+    support::succeeded(args, &dstl(cwd, args))
 }
 
 /// Runs `dstl args`, which must fail; returns its stderr.
@@ -57,10 +46,6 @@ fn fails(cwd: &Path, args: &[&str]) -> (String, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!stderr.trim().is_empty(), "{}", describe(args, &out));
     (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 path")
 }
 
 fn unhex(text: &str) -> Vec<u8> {
@@ -234,14 +219,13 @@ fn check_manifest(path: &Path, data_dir: &Path) -> Vec<(PathBuf, u64, u64, u64)>
 /// bytes of every value).
 type ReadBack = std::collections::BTreeMap<(String, u64), (i32, Vec<u8>)>;
 
-fn run_and_read(compression: bool) -> ReadBack {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let manifests = tmp.path().join("manifests");
-    let mut args = vec![
+/// `dstl run --json` of 3 writers, 30000 changes, a checkpoint every 2000, data in
+/// `data` and manifests in `manifests`.
+fn three_writers<'a>(data: &'a Path, manifests: &'a Path) -> Vec<&'a str> {
+    vec![
         "run",
         "--dir",
-        s(&data),
+        s(data),
         "--writers",
         "3",
         "--changes",
@@ -249,9 +233,16 @@ fn run_and_read(compression: bool) -> ReadBack {
         "--checkpoint-every",
         "2000",
         "--manifests",
-        s(&manifests),
+        s(manifests),
         "--json",
-    ];
+    ]
+}
+
+fn run_and_read(compression: bool) -> ReadBack {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let manifests = tmp.path().join("manifests");
+    let mut args = three_writers(&data, &manifests);
     if compression {
         args.push("--compression");
     }
@@ -436,20 +427,7 @@ fn read_list_takes_manifests_directories_and_handle_lists_alike() {
     let manifests = tmp.path().join("m");
     ok(
         tmp.path(),
-        &[
-            "run",
-            "--dir",
-            s(&tmp.path().join("data")),
-            "--writers",
-            "3",
-            "--changes",
-            "30000",
-            "--checkpoint-every",
-            "2000",
-            "--manifests",
-            s(&manifests),
-            "--json",
-        ],
+        &three_writers(&tmp.path().join("data"), &manifests),
     );
     let digests: Vec<(String, usize, String)> = (0..3)
         .map(|i| {

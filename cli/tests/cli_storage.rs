@@ -5,15 +5,22 @@
 #[path = "../../tests/src/seaweed.rs"]
 mod seaweed;
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn dstl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dstl"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap()
+    support::command(dir).args(args).output().unwrap()
+}
+
+/// `--conf` arguments that point the CLI at `server`.
+fn conf_args(server: &seaweed::Seaweed) -> Vec<String> {
+    server
+        .conf()
+        .into_iter()
+        .flat_map(|c| ["--conf".to_string(), c])
+        .collect()
 }
 
 fn stdout(output: &Output) -> String {
@@ -30,11 +37,7 @@ fn run_and_read_against_an_s3_store() {
     let server = seaweed::Seaweed::start("clirun");
     let tmp = tempfile::tempdir().unwrap();
     let url = format!("s3://{}/jobs", server.bucket);
-    let conf: Vec<String> = server
-        .conf()
-        .into_iter()
-        .flat_map(|c| ["--conf".to_string(), c])
-        .collect();
+    let conf = conf_args(&server);
     let mut args = vec![
         "run",
         "--store",
@@ -81,11 +84,7 @@ fn a_run_that_is_not_kept_removes_its_objects() {
     let server = seaweed::Seaweed::start("clidel");
     let tmp = tempfile::tempdir().unwrap();
     let url = format!("s3://{}/jobs", server.bucket);
-    let conf: Vec<String> = server
-        .conf()
-        .into_iter()
-        .flat_map(|c| ["--conf".to_string(), c])
-        .collect();
+    let conf = conf_args(&server);
     let objects = || {
         dstl::S3Store::open(&server.settings(), &server.bucket, "jobs", "")
             .unwrap()

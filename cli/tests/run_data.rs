@@ -9,35 +9,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod support;
+use support::{describe, s};
+
 /// `dstl args` in `cwd`, with `TMPDIR` set to `tmp`: where a run that is not kept goes.
 fn dstl(cwd: &Path, tmp: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dstl"))
-        .current_dir(cwd)
+    support::command(cwd)
         .args(args)
         .env("TMPDIR", tmp)
-        .env_remove("RUST_LOG")
         .output()
         .expect("the dstl binary starts")
 }
 
-fn describe(args: &[&str], out: &Output) -> String {
-    format!(
-        "dstl {}\nexit: {}\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn ok(cwd: &Path, tmp: &Path, args: &[&str]) -> String {
-    let out = dstl(cwd, tmp, args);
-    assert!(out.status.success(), "{}", describe(args, &out));
-    String::from_utf8(out.stdout).expect("stdout is UTF-8")
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 path")
+    support::succeeded(args, &dstl(cwd, tmp, args))
 }
 
 /// Every path below `dir` (files and directories), relative to it.
@@ -341,10 +326,8 @@ struct Running {
 
 impl Running {
     fn start(cwd: &Path, args: &[&str]) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_dstl"))
-            .current_dir(cwd)
+        let child = support::command(cwd)
             .args(args)
-            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -119,11 +119,6 @@ export class ChangelogStorage {
     }
   }
 
-  /** @internal releases every file reference of upload results whose writer is gone */
-  _releaseResults(writerId, results) {
-    this.ownership.releaseResults(writerId, results);
-  }
-
   /**
    * Creates a writer: one instance of the component, its memory capped at
    * `options.memoryLimit` (default `dstl.writer.memory-limit`), each call held to

@@ -573,7 +573,7 @@ export class Writer {
       const letter = this.#mailbox.shift();
       if (!this.#live) {
         // The sandbox is gone: nobody will reference these files.
-        if (letter.kind === 'succeeded') this.#storage._releaseResults(this.id, letter.results);
+        if (letter.kind === 'succeeded') this.#storage.ownership.releaseResults(this.id, letter.results);
         continue;
       }
       try {

@@ -68,13 +68,10 @@ pub fn direct_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Re
     const CHUNK: usize = 4 << 20;
     const ALIGN: usize = 4096;
     let path = dir.join(format!("baseline-direct-{}", uuid::Uuid::new_v4()));
-    let layout = std::alloc::Layout::from_size_align(CHUNK, ALIGN)?;
-    // SAFETY: a non-zero size; freed below with the same layout.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    anyhow::ensure!(!ptr.is_null(), "cannot allocate {CHUNK} aligned bytes");
-    // SAFETY: `ptr` holds CHUNK zeroed bytes and outlives `chunk`.
-    let chunk = unsafe { std::slice::from_raw_parts_mut(ptr, CHUNK) };
-    chunk.fill(0x5a);
+    // O_DIRECT wants an aligned address: the aligned CHUNK bytes inside a larger buffer.
+    let backing = vec![0x5au8; CHUNK + ALIGN];
+    let start = backing.as_ptr().align_offset(ALIGN);
+    let chunk = &backing[start..start + CHUNK];
     let result = (|| {
         let file = match std::fs::OpenOptions::new()
             .write(true)
@@ -98,8 +95,6 @@ pub fn direct_baseline_mb_per_s(dir: &std::path::Path, bytes: u64) -> anyhow::Re
         let elapsed = started.elapsed();
         Ok(Some(bytes as f64 / 1e6 / elapsed.as_secs_f64()))
     })();
-    // SAFETY: allocated above with this layout; `chunk` is not used after this.
-    unsafe { std::alloc::dealloc(ptr, layout) };
     let _ = std::fs::remove_file(&path);
     result
 }
