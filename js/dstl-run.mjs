@@ -5,7 +5,7 @@
 // checkpoint is read back and checked against the changes regenerated from the seed.
 //
 // Same options, same protocol (cli/src/workload/mod.rs), same changes for the same seed
-// (copied from a pool of rand_chacha ChaCha8 bytes: lib/workload.mjs), same manifest JSON
+// (copied from a pool of rand_chacha ChaCha8 bytes: run/workload.mjs), same manifest JSON
 // and same `--json` summary fields as the wasmtime host's `dstl run`.
 
 import { mkdir } from 'node:fs/promises';
@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 import { ChangelogStorage, Config, DstlError, digest, manifestFromSnapshot, storeManifest } from './lib/index.mjs';
-import { BATCH, Changes, Pool } from './lib/workload.mjs';
+import { BATCH, Changes, Pool } from './run/workload.mjs';
 
 const USAGE = `usage: dstl-run [options]   (or: node dstl-run.mjs [options])
 

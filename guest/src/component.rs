@@ -1,5 +1,6 @@
 //! Exports the writer, reader and file encoder through the WIT world `guest` (the
-//! `changelog` world and the ownership rules, `ownership.rs`), and implements the writer's
+//! `changelog` world, the ownership rules, `ownership.rs`, and the upload policy,
+//! `policy.rs`), and implements the writer's
 //! [`Effects`] with the host's imports.
 
 use std::cell::RefCell;
@@ -9,6 +10,7 @@ use dstl_proto::types as domain;
 use dstl_proto::writer::{Effects, Writer};
 
 use crate::ownership;
+use crate::policy;
 
 wit_bindgen::generate!({
     world: "guest",
@@ -19,6 +21,7 @@ use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
 use exports::dstl::changelog::ownership::Guest as OwnershipGuest;
+use exports::dstl::changelog::policy::Guest as PolicyGuest;
 use exports::dstl::changelog::reader::Guest as ReaderGuest;
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
@@ -339,6 +342,12 @@ impl OwnershipGuest for Component {
     type TaskRefs = ownership::TaskRefsResource;
     type LocalClaims = ownership::LocalClaimsResource;
     type Holdings = ownership::HoldingsResource;
+}
+
+impl PolicyGuest for Component {
+    type Retry = policy::RetryResource;
+    type Batcher = policy::BatcherResource;
+    type HandOff = policy::HandOffResource;
 }
 
 export!(Component);

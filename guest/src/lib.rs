@@ -1,6 +1,6 @@
-//! The dstl writer component: exports the writer state machine, the codec and the
-//! ownership rules of `dstl-proto` through the WIT world `dstl:changelog/guest`, and
-//! implements the writer's effects with the host's imports.
+//! The dstl writer component: exports the writer state machine, the codec, the
+//! ownership rules and the upload policy of `dstl-proto` through the WIT world
+//! `dstl:changelog/guest`, and implements the writer's effects with the host's imports.
 //!
 //! The bindings compile only for `wasm32`; natively this crate is empty (the logic and
 //! its unit tests live in `dstl-proto`).
@@ -9,3 +9,5 @@
 mod component;
 #[cfg(target_arch = "wasm32")]
 mod ownership;
+#[cfg(target_arch = "wasm32")]
+mod policy;

@@ -152,7 +152,7 @@ export class Component {
    *
    * @param {object} imports
    * @param {number} memoryLimit bytes
-   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function, layoutPlainFile: Function}, ownership: {TaskRefs: Function, LocalClaims: Function, Holdings: Function}, memory: WebAssembly.Memory|null}}
+   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function, layoutPlainFile: Function}, ownership: {TaskRefs: Function, LocalClaims: Function, Holdings: Function}, policy: {Retry: Function, Batcher: Function, HandOff: Function}, memory: WebAssembly.Memory|null}}
    */
   instantiate(imports, memoryLimit) {
     const pages = Math.max(1, Math.floor(memoryLimit / WASM_PAGE));
@@ -164,7 +164,7 @@ export class Component {
       }
       return instance;
     });
-    return { writer: root.writer, reader: root.reader, files: root.files, ownership: root.ownership, memory: exports.memory };
+    return { writer: root.writer, reader: root.reader, files: root.files, ownership: root.ownership, policy: root.policy, memory: exports.memory };
   }
 }
 

@@ -1,6 +1,7 @@
 // File ownership (ARCHITECTURE.md, "File ownership"): the rules are dstl-proto's
 // `ownership`, exported by the component (WIT interface `ownership`); this module only
 // keeps them in a component instance of their own and deletes the files they hand back.
+// The same instance serves the upload policy (WIT `policy`) to the scheduler and writers.
 // The Rust host links the same rules natively (`host/src/registry/`).
 //
 // The instance never runs a writer, so its imports are never called; a writer's imports
@@ -80,6 +81,8 @@ export class Ownership {
    */
   constructor(component, discarder, log) {
     this.root = component.instantiate(idleImports(new Capture(), 'ownership'), MEMORY_LIMIT);
+    /** The upload policy (WIT `policy`), whose machines live in the same instance. */
+    this.policy = this.root.policy;
     this.refs = new this.root.ownership.TaskRefs();
     this.claims = new this.root.ownership.LocalClaims();
     this.discarder = discarder;

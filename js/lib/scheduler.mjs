@@ -1,14 +1,14 @@
-// The upload machinery shared by all writers of a storage, as the Rust host's
-// scheduler.rs, retry.rs, throttle.rs and uploader.rs:
+// The upload machinery shared by all writers of a storage (the Rust host's upload/).
+// Every decision is the component's (WIT interface `policy`, dstl-proto's `batch` and
+// `retry`); this module keeps the timers, the attempt slots and the files:
 //
-// - Batching: tasks of every writer queue together and leave as one batch, one file,
-//   when the persist delay has passed since the batch's first task or the queued bytes
-//   reach the size threshold (delay 0 or threshold 0: at once).
-// - Retries: policy `fixed` gives every attempt a timeout; a timed-out attempt goes on
-//   while the next starts at once, and the first to succeed wins (the losers' files are
-//   deleted); an I/O failure is retried after `next-attempt-delay`; after `max-attempts`
-//   every task of the batch fails naming the attempts and the last cause. `none`: one
-//   attempt, no timeout. Attempts wait for one of `num-threads` slots.
+// - Batching: tasks of every writer go to the `batcher`, which says when a batch (one
+//   file) leaves: after the persist delay, at the size threshold, or at once for a task of
+//   half of it.
+// - Retries: a `retry` machine per batch says which attempt starts when (a speculative
+//   one beside an attempt past its timeout, the next one after a failure's delay), which
+//   result wins (the losers' files are deleted) and the failure's message. Attempts wait
+//   for one of `num-threads` slots; one whose deadline passed meanwhile does not run.
 // - In-flight limit: a task's bytes count from its acceptance until its outcome is
 //   delivered. Node cannot block inside an import, so `schedule` always accepts; the
 //   limit is an awaitable admission instead (`available()`), which operators await
@@ -17,8 +17,22 @@
 //   throttle, never from inside the writer's own call.
 
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 
 import { CodecPool } from './codec-pool.mjs';
+
+/** The machines' time: whole milliseconds on the monotonic clock. */
+const now = () => BigInt(Math.floor(performance.now()));
+
+/**
+ * Calls `onTimeout` when a machine's timer (`pollTimeout()`, milliseconds) comes; a
+ * timer that fires early (milliseconds are whole) is armed again by the caller's step.
+ */
+function arm(timer, at, onTimeout) {
+  clearTimeout(timer);
+  if (at === undefined) return null;
+  return setTimeout(onTimeout, Math.max(0, Number(at) - performance.now()));
+}
 
 /**
  * Bytes in flight against a limit, with an awaitable availability signal: the Node
@@ -67,7 +81,7 @@ class Pool {
     this.free = n;
     this.queue = [];
   }
-  /** Runs `job` (async) once a slot is free; `onStart` runs when it gets the slot. */
+  /** Runs `job` (async) once a slot is free. */
   run(job) {
     return new Promise((resolve, reject) => {
       const go = () => {
@@ -88,87 +102,72 @@ class Pool {
 }
 
 /**
- * Runs `attempt(n)` under `policy` until one attempt succeeds or the policy gives up
- * (retry.rs). Results that lose go to `discard`, also after this settles.
- * @returns {Promise<{result: any, attempt: number, totalAttempts: number}>} rejects with the cause (string)
+ * Runs `attempt(n)` as a `retry` machine of the component (`policy.Retry`) decides until
+ * it decides. Results that lose go to `discard`, also after this settles; `onFinished`
+ * runs once no attempt runs any more.
+ * @returns {Promise<any>} the winning result; rejects with the failure's message (string)
  */
-export function execute(policy, pool, attempt, discard, onFinished = () => {}) {
+export function execute(retry, pool, attempt, discard, onFinished = () => {}) {
   return new Promise((resolve, reject) => {
+    let settled = false;
     let finished = false;
-    let current = 1;
-    let total = 1;
-    let timer = null;
     let running = 0;
-    const settle = () => {
-      if (finished && running === 0) onFinished();
+    let timer = null;
+    const step = () => {
+      for (let n = retry.pollStart(); n !== undefined; n = retry.pollStart()) spawn(n);
+      const outcome = retry.outcome();
+      if (outcome && !settled) {
+        settled = true;
+        if (outcome.tag === 'failed') reject(outcome.val);
+      }
+      timer = settled ? arm(timer, undefined) : arm(timer, retry.pollTimeout(), () => {
+        retry.handleTimeout(now());
+        step();
+      });
+      if (settled && running === 0 && !finished) {
+        finished = true;
+        onFinished();
+      }
     };
     const spawn = (n) => {
       running++;
       pool
-        .run(() => {
-          if (!finished && current === n && policy.timeoutMs > 0) {
-            timer = setTimeout(() => timedOut(n), policy.timeoutMs);
-          }
-          return attempt(n);
-        })
+        .run(() => (retry.mayStart(n) ? attempt(n) : Promise.reject(fatal(`attempt ${n} timed out before it started`))))
         .then(
-          (result) => done(n, null, result),
-          (error) => done(n, error ?? new Error('attempt failed'), undefined),
+          (result) => {
+            running--;
+            retry.attemptFinished(n, 'succeeded', '', now());
+            const outcome = retry.outcome();
+            if (!settled && outcome?.tag === 'succeeded' && outcome.val === n) resolve(result);
+            else {
+              // Decided before: this one lost; its files go before the batch counts as finished.
+              running++;
+              Promise.resolve()
+                .then(() => discard(result))
+                .catch(() => {})
+                .finally(() => {
+                  running--;
+                  step();
+                });
+            }
+            step();
+          },
+          (error) => {
+            running--;
+            retry.attemptFinished(n, error?.fatal === true ? 'fatal' : 'retryable', String(error?.message ?? error), now());
+            step();
+          },
         );
     };
-    const done = (n, error, result) => {
-      running--;
-      if (finished) {
-        if (!error) {
-          // The loser's files are deleted before the batch counts as finished.
-          running++;
-          Promise.resolve()
-            .then(() => discard(result))
-            .catch(() => {})
-            .finally(() => {
-              running--;
-              settle();
-            });
-        }
-      } else if (!error) {
-        finished = true;
-        clearTimeout(timer);
-        resolve({ result, attempt: n, totalAttempts: total });
-      } else if (current === n) {
-        current = null;
-        clearTimeout(timer);
-        const fatal = error.fatal === true;
-        if (fatal || n >= policy.maxAttempts) {
-          finished = true;
-          reject(`upload failed after ${total} attempts; last: attempt ${n}: ${error.message ?? error}`);
-        } else {
-          total++;
-          const next = () => {
-            if (finished) return;
-            current = n + 1;
-            spawn(n + 1);
-          };
-          if (policy.delayMs > 0) setTimeout(next, policy.delayMs);
-          else next();
-        }
-      }
-      settle();
-    };
-    const timedOut = (n) => {
-      if (finished || current !== n) return;
-      if (n >= policy.maxAttempts) {
-        finished = true;
-        current = null;
-        reject(`upload failed after ${total} attempts; last: attempt ${n} timed out after ${policy.timeoutMs} ms`);
-        settle();
-        return;
-      }
-      total++;
-      current = n + 1;
-      spawn(n + 1);
-    };
-    spawn(1);
+    step();
   });
+}
+
+/** An attempt's error that no retry helps. */
+function fatal(message) {
+  const error = new Error(message);
+  error.fatal = true;
+  return error;
 }
 
 /** Upload counters, after Flink's `ChangelogStorage.*` metrics (a subset). */
@@ -235,14 +234,10 @@ export class Uploader {
         file = { parts: [layout.header, ...blocks], offsets: layout.offsets, logicalSize: layout.logicalSize };
       }
     } catch (e) {
-      const error = new Error(`could not encode the changelog file: ${e?.message ?? e}`);
-      error.fatal = true;
-      throw error;
+      throw fatal(`could not encode the changelog file: ${e?.message ?? e}`);
     }
     if (file.offsets.length !== blocks.length) {
-      const error = new Error(`the codec returned ${file.offsets.length} offsets for ${blocks.length} change sets`);
-      error.fatal = true;
-      throw error;
+      throw fatal(`the codec returned ${file.offsets.length} offsets for ${blocks.length} change sets`);
     }
     return file;
   }
@@ -323,19 +318,24 @@ export class Uploader {
 export class Scheduler {
   /**
    * @param {import('./config.mjs').Config} config
+   * @param {object} policy the component's `policy` exports (`Retry`, `Batcher`)
    * @param {Uploader} uploader
    * @param {import('./ownership.mjs').Ownership} ownership
    * @param {import('./ownership.mjs').Outstanding} outstanding
    * @param {Metrics} metrics
    * @param {(level: string, message: string) => void} log
    */
-  constructor(config, uploader, ownership, outstanding, metrics, log) {
-    this.delayMs = config.persistDelayMs;
-    this.sizeThreshold = config.persistSizeThreshold;
-    this.policy =
+  constructor(config, policy, uploader, ownership, outstanding, metrics, log) {
+    this.policy = policy;
+    this.retryPolicy =
       config.retryPolicy === 'none'
-        ? { maxAttempts: 1, timeoutMs: 0, delayMs: 0 }
-        : { maxAttempts: config.maxAttempts, timeoutMs: config.uploadTimeoutMs, delayMs: config.nextAttemptDelayMs };
+        ? { maxAttempts: 1, timeoutMs: undefined, delayMs: 0n }
+        : {
+            maxAttempts: config.maxAttempts,
+            timeoutMs: config.uploadTimeoutMs > 0 ? BigInt(config.uploadTimeoutMs) : undefined,
+            delayMs: BigInt(config.nextAttemptDelayMs),
+          };
+    this.batcher = new policy.Batcher(BigInt(config.persistDelayMs), BigInt(config.persistSizeThreshold));
     this.pool = new Pool(config.uploadThreads);
     this.throttle = new Throttle(config.maxInFlight);
     this.uploader = uploader;
@@ -343,11 +343,10 @@ export class Scheduler {
     this.outstanding = outstanding;
     this.metrics = metrics;
     this.log = log;
-    this.queue = [];
-    this.queuedBytes = 0;
-    this.generation = 0;
-    this.drainPending = false;
-    this.drainTimer = null;
+    /** Tasks in the batcher, by the number it knows them by. */
+    this.queued = new Map();
+    this.nextNumber = 0n;
+    this.timer = null;
     this.closed = false;
   }
 
@@ -361,34 +360,30 @@ export class Scheduler {
     let size = 0;
     for (const changeSet of task.changeSets) size += Number(changeSet.size);
     this.throttle.add(size);
-    this.queue.push({ writer, task, size, done: this.outstanding.start() });
-    this.queuedBytes += size;
-    // As the Rust host's batcher: a task of half the size threshold or more is worth a
-    // file of its own and leaves at once, with whatever waited.
-    if (this.delayMs <= 0 || this.queuedBytes >= this.sizeThreshold || size * 2 >= this.sizeThreshold) {
-      const batch = this.#take();
-      setImmediate(() => this.#start(batch));
-    } else if (!this.drainPending) {
-      this.drainPending = true;
-      const generation = this.generation;
-      this.drainTimer = setTimeout(() => {
-        this.drainTimer = null;
-        if (this.generation !== generation || this.closed) return;
-        this.#start(this.#take());
-      }, this.delayMs);
-    }
+    const number = this.nextNumber++;
+    this.queued.set(number, { writer, task, size, done: this.outstanding.start() });
+    const batch = this.batcher.push(number, BigInt(size), now());
+    if (batch) setImmediate(() => this.#start(this.#take(batch)));
+    this.#arm();
     return null;
   }
 
-  #take() {
-    clearTimeout(this.drainTimer);
-    this.drainTimer = null;
-    this.queuedBytes = 0;
-    this.generation++;
-    this.drainPending = false;
-    const batch = this.queue;
-    this.queue = [];
-    return batch;
+  /** Arms the timer for the batcher's deadline. */
+  #arm() {
+    this.timer = arm(this.timer, this.batcher.pollTimeout(), () => {
+      const batch = this.batcher.handleTimeout(now());
+      if (batch) this.#start(this.#take(batch));
+      this.#arm();
+    });
+  }
+
+  /** The queued tasks of a batch's numbers. */
+  #take(numbers) {
+    return Array.from(numbers, (number) => {
+      const queued = this.queued.get(number);
+      this.queued.delete(number);
+      return queued;
+    });
   }
 
   #start(batch) {
@@ -398,23 +393,26 @@ export class Scheduler {
     const lateJobs = this.outstanding.start();
     // Encoded by the first attempt, once; retries and speculative attempts reuse it.
     let encoded = null;
+    const retry = new this.policy.Retry(this.retryPolicy, now());
     execute(
-      this.policy,
+      retry,
       this.pool,
       () => this.uploader.upload(tasks, (encoded ??= this.uploader.encode(tasks))),
       (file) => this.uploader.discard(file),
-      lateJobs,
+      () => {
+        retry[Symbol.dispose]?.();
+        lateJobs();
+      },
     ).then(
-      ({ result: file }) => {
+      (file) => {
         this.metrics.uploaded_files++;
         this.metrics.written_bytes += file.written;
         this.ownership.uploaded(file, batch.map((queued) => queued.writer.id));
         batch.forEach((queued, i) => this.#deliver(queued, { kind: 'succeeded', task: queued.task.id, results: file.perTask[i] }));
       },
       (cause) => {
-        const message = typeof cause === 'string' ? cause : `upload failed: ${cause?.message ?? cause}`;
-        this.log('warn', `upload batch of ${tasks.length} tasks failed: ${message}`);
-        for (const queued of batch) this.#deliver(queued, { kind: 'failed', task: queued.task.id, cause: message });
+        this.log('warn', `upload batch of ${tasks.length} tasks failed: ${cause}`);
+        for (const queued of batch) this.#deliver(queued, { kind: 'failed', task: queued.task.id, cause });
       },
     ).catch((e) => this.log('error', `delivering upload outcomes failed: ${e?.stack ?? e}`));
   }
@@ -432,7 +430,7 @@ export class Scheduler {
 
   /** Tasks waiting to be batched. */
   queueSize() {
-    return this.queue.length;
+    return this.queued.size;
   }
 
   /**
@@ -441,7 +439,8 @@ export class Scheduler {
    */
   close() {
     this.closed = true;
-    const batch = this.#take();
+    this.timer = arm(this.timer, undefined);
+    const batch = this.#take(this.batcher.take());
     this.throttle.close();
     for (const queued of batch) {
       this.#deliver(queued, {

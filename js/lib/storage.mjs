@@ -53,7 +53,7 @@ export class ChangelogStorage {
      */
     this.codec = new ComponentCodec(component);
     this.uploader = new Uploader(stores, config.compression, this.metricsCounters, log, this.codec, config.uploadThreads);
-    this.scheduler = new Scheduler(config, this.uploader, this.ownership, this.outstanding, this.metricsCounters, log);
+    this.scheduler = new Scheduler(config, this.ownership.policy, this.uploader, this.ownership, this.outstanding, this.metricsCounters, log);
     this.closed = false;
     this.nextWriterId = 0;
   }

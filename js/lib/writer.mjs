@@ -5,8 +5,10 @@
 //   call returns and never from inside an import (JS is single-threaded: an outcome
 //   arriving while a call runs waits in the mailbox and is delivered when it returns).
 // - Appends are buffered on the host side as packed columns and handed to the guest as
-//   one `append-batch` call before any other call of this writer, when 256 KiB or 4096
-//   changes have gathered, or when the open bytes reach the pre-emptive threshold.
+//   one `append-batch` call before any other call of this writer, and when the
+//   component's `hand-off` rule says (WIT `policy`; 256 KiB or 4096 changes gathered, or
+//   the open bytes at the pre-emptive threshold): after each hand-off it answers a budget,
+//   which appends count down.
 // - A trap (a guest panic, memory growth past the cap, a call past its deadline, a guest
 //   fault found by an import) poisons this writer only: its pending persists reject with
 //   a `TrappedError` naming it, the uploaded files it held that no snapshot returned to
@@ -17,8 +19,6 @@ import { InvalidArgumentError, TrappedError, WriterError } from './errors.mjs';
 import { IMPORT_KEYS } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
 
-const MAX_BATCH_BYTES = 256 * 1024;
-const MAX_BATCH_CHANGES = 4096;
 const I32_MAX = 2147483647;
 const U64_MAX = (1n << 64n) - 1n;
 const S64_MIN = -(1n << 63n);
@@ -58,13 +58,19 @@ function describe(value) {
   return `${typeof value} ${String(value)}`;
 }
 
+/** A `hand-off` budget with numbers for counting down. */
+function budget(b) {
+  return { bytes: Number(b.bytes), changes: b.changes, aloneAt: b.aloneAt };
+}
+
 function isWriterErrorPayload(e) {
   return e !== null && typeof e === 'object' && !(e instanceof Error) && typeof e.tag === 'string' && typeof e.val === 'string';
 }
 
-/** Packed columns of buffered appends. */
+/** Packed columns of buffered appends, as many as a fresh `budget` allows. */
 class Batch {
-  constructor() {
+  constructor(budget) {
+    this.capacity = budget;
     // Allocated on the first append, so idle writers stay small.
     this.keyGroups = null;
     this.lengths = null;
@@ -74,9 +80,9 @@ class Batch {
   }
   push(keyGroup, value) {
     if (this.keyGroups === null) {
-      this.keyGroups = new Int32Array(MAX_BATCH_CHANGES);
-      this.lengths = new Uint32Array(MAX_BATCH_CHANGES);
-      this.data = new Uint8Array(MAX_BATCH_BYTES);
+      this.keyGroups = new Int32Array(this.capacity.changes);
+      this.lengths = new Uint32Array(this.capacity.changes);
+      this.data = new Uint8Array(this.capacity.aloneAt);
     }
     this.keyGroups[this.count] = keyGroup;
     this.lengths[this.count] = value.length;
@@ -90,8 +96,9 @@ class Batch {
     this.data.set(value, this.bytes);
     this.bytes = end;
   }
-  isFull() {
-    return this.bytes >= MAX_BATCH_BYTES || this.count >= MAX_BATCH_CHANGES;
+  /** Whether the append just buffered spent `budget`: the batch goes now. */
+  spent(budget) {
+    return this.bytes >= budget.bytes || this.count >= budget.changes;
   }
   clear() {
     this.count = 0;
@@ -113,9 +120,11 @@ export class Writer {
   #live = null;
   #failure = null;
   #pending = new Map();
-  #buffer = new Batch();
+  #buffer;
   #closed = false;
-  #openBytes = 0;
+  /** The component's `hand-off` rule for this writer, and its budget. */
+  #handOff;
+  #budget;
   #mailbox = [];
   #busy = false;
   #fault = null;
@@ -133,6 +142,9 @@ export class Writer {
     /** A number unique within the storage (the owner of its claims on local copies). */
     this.id = options.id;
     this.#holdings = storage.ownership.newHoldings();
+    this.#handOff = new storage.ownership.policy.HandOff(BigInt(config.preemptivePersistThreshold));
+    this.#budget = budget(this.#handOff.budget());
+    this.#buffer = new Batch(this.#budget);
     try {
       const root = storage.component.instantiate(this.#imports(), options.memoryLimit);
       const resource = new root.writer.Writer(config);
@@ -244,15 +256,13 @@ export class Writer {
     if (value.length > I32_MAX) {
       throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
     }
-    if (value.length >= MAX_BATCH_BYTES) {
+    if (value.length >= this.#budget.aloneAt) {
       // Large values gain nothing from batching: hand them over directly.
       this.#callWith((live) => this.#appendBatchCall(live, Int32Array.of(keyGroup), Uint32Array.of(value.length), value));
       return;
     }
     this.#buffer.push(keyGroup, value);
-    this.#openBytes += value.length;
-    if (this.#openBytes < this.#config.preemptivePersistThreshold && !this.#buffer.isFull()) return;
-    this.#callWith(null);
+    if (this.#buffer.spent(this.#budget)) this.#callWith(null);
   }
 
   /**
@@ -274,14 +284,13 @@ export class Writer {
     this.#callWith((live) => this.#appendBatchCall(live, kgs, lens, d));
   }
 
-  /** An append-batch call, keeping the mirror of the guest's open bytes. */
+  /** An append-batch call; its answer goes to the hand-off rule. */
   #appendBatchCall(live, keyGroups, lengths, data) {
     try {
-      this.#openBytes = Number(live.resource.appendBatch(keyGroups, lengths, data));
+      const open = live.resource.appendBatch(keyGroups, lengths, data);
+      this.#budget = budget(this.#handOff.handedOver({ tag: 'ok', val: open }));
     } catch (e) {
-      // A failed pre-emptive persist leaves the set open and over the threshold (so the
-      // next append tries again, as the guest would); a malformed batch appended nothing.
-      if (isWriterErrorPayload(e) && e.tag !== 'invalid-argument') this.#openBytes = Infinity;
+      if (isWriterErrorPayload(e)) this.#budget = budget(this.#handOff.handedOver({ tag: 'err', val: e }));
       throw e;
     }
   }
@@ -297,7 +306,7 @@ export class Writer {
    */
   nextSequenceNumber() {
     return this.#callWith((live) => {
-      this.#openBytes = 0;
+      this.#budget = budget(this.#handOff.rolledOver());
       return live.resource.nextSequenceNumber();
     });
   }
@@ -319,9 +328,9 @@ export class Writer {
       let reply;
       try {
         reply = live.resource.persist(start, cp);
-        this.#openBytes = 0;
+        this.#budget = budget(this.#handOff.persisted(undefined));
       } catch (e) {
-        if (isWriterErrorPayload(e) && e.tag === 'upload-failed') this.#openBytes = 0;
+        if (isWriterErrorPayload(e)) this.#budget = budget(this.#handOff.persisted(e));
         throw e;
       }
       let promise;

@@ -1,12 +1,12 @@
 // `dstl run`'s input written out again from its definition (cli/src/workload/input.rs),
-// independently of lib/workload.mjs, for the tests: the pool from the ChaCha8 word stream
+// independently of run/workload.mjs, for the tests: the pool from the ChaCha8 word stream
 // (not `fillBytes`), the offset in wrapping u64 arithmetic with BigInt, the index tag with
 // `setBigUint64`. And the digest `dstl read --digest` prints for a checkpoint holding
 // changes [first, end), from the format's read order.
 
 import { createHash } from 'node:crypto';
 
-import { ChaCha8Rng } from '../lib/chacha.mjs';
+import { ChaCha8Rng } from '../run/chacha.mjs';
 
 /** The pool of `seed` and `size`: `{bytes, mask}`. */
 export function expectedPool(seed, size) {

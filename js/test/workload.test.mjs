@@ -1,11 +1,11 @@
-// `dstl-run.mjs`'s input (lib/workload.mjs) against `dstl run`'s definition
+// `dstl-run.mjs`'s input (run/workload.mjs) against `dstl run`'s definition
 // (cli/src/workload/input.rs): values printed by that formula written out in Rust with
 // rand_chacha 0.9 itself, and the formula written out again in support/expected-input.mjs.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { BATCH, Changes, Pool } from '../lib/workload.mjs';
+import { BATCH, Changes, Pool } from '../run/workload.mjs';
 import { expectedChange, expectedPool } from '../support/expected-input.mjs';
 
 const hex = (bytes) => Buffer.from(bytes).toString('hex');

@@ -15,8 +15,9 @@
 //! writer reports them after each batch; a rollover empties them.
 //!
 //! The kinds of methods: inputs ([`HandOff::append`], [`HandOff::handed_over`],
-//! [`HandOff::rolled_over`]), whose return values are the outputs, and queries
-//! ([`HandOff::open_bytes`]).
+//! [`HandOff::rolled_over`], [`HandOff::persisted`]), whose return values are the outputs, and queries
+//! ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which a call per append is
+//! dear (one across WIT) reads the [`Budget`] after each hand-off and counts down.
 
 use crate::types::WriterError;
 
@@ -35,6 +36,18 @@ pub enum Append {
     /// Hand over what is buffered, then this value alone: it is as large as a batch, and
     /// buffering it would only copy it once more.
     Alone,
+}
+
+/// How much may be buffered before the next hand-off: the same decisions as
+/// [`HandOff::append`], as numbers a host counts down. Valid until the next input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Buffered appends are handed over by the append that brings their bytes to this.
+    pub bytes: u64,
+    /// ... or their count to this.
+    pub changes: u32,
+    /// A value of this many bytes or more goes alone, after what is buffered.
+    pub alone_at: u32,
 }
 
 /// The hand-off state of one writer's append buffer.
@@ -94,9 +107,30 @@ impl HandOff {
         self.open = 0;
     }
 
+    /// Input: the writer answered a persist (what was buffered went first): it rolled the
+    /// open change set over unless a precondition failed (`error`, other than a failed
+    /// upload, which it reports after rolling over).
+    pub fn persisted(&mut self, error: Option<&WriterError>) {
+        if matches!(error, None | Some(WriterError::UploadFailed(_))) {
+            self.rolled_over();
+        }
+    }
+
     /// Query: the open change set's bytes as last known, buffered appends included.
     pub fn open_bytes(&self) -> u64 {
         self.open
+    }
+
+    /// Query: what may be buffered from now on (see [`Budget`]).
+    pub fn budget(&self) -> Budget {
+        Budget {
+            bytes: self
+                .threshold
+                .saturating_sub(self.open)
+                .min(MAX_BYTES.saturating_sub(self.bytes) as u64),
+            changes: MAX_CHANGES.saturating_sub(self.changes) as u32,
+            alone_at: MAX_BYTES as u32,
+        }
     }
 }
 
@@ -151,5 +185,81 @@ mod tests {
         );
         h.rolled_over();
         assert_eq!(h.append(1), Append::Buffer);
+    }
+
+    #[test]
+    fn a_persist_rolls_over_unless_a_precondition_failed() {
+        let mut h = HandOff::new(100);
+        h.append(50);
+        h.persisted(Some(&WriterError::InvalidRange("from 7 > 3".into())));
+        assert_eq!(h.open_bytes(), 50);
+        h.persisted(Some(&WriterError::UploadFailed("disk".into())));
+        assert_eq!(h.open_bytes(), 0);
+        h.append(50);
+        h.persisted(None);
+        assert_eq!(h.open_bytes(), 0);
+    }
+
+    proptest::proptest! {
+        /// Counting a budget down decides as `append` does, for any appends, answers
+        /// and rollovers.
+        #[test]
+        fn a_budget_counted_down_decides_as_append(
+            threshold in 0u64..2_000_000,
+            ops in proptest::collection::vec((0usize..400_000, 0u8..12), 1..3000),
+        ) {
+            let mut rule = HandOff::new(threshold);
+            let mut counted = HandOff::new(threshold);
+            let (mut budget, mut bytes, mut changes) = (counted.budget(), 0u64, 0u32);
+            for (len, what) in ops {
+                if what == 1 {
+                    // A malformed batch of the caller's own: what is buffered goes first,
+                    // then the batch appends nothing.
+                    if changes > 0 {
+                        let open = Ok(rule.open_bytes());
+                        rule.handed_over(open);
+                        counted.handed_over(open);
+                    }
+                    let malformed = WriterError::InvalidArgument("malformed".into());
+                    rule.handed_over(Err(&malformed));
+                    counted.handed_over(Err(&malformed));
+                    (budget, bytes, changes) = (counted.budget(), 0, 0);
+                    continue;
+                }
+                let len = if what < 9 { len % 5000 } else { len };
+                let expected = rule.append(len);
+                let decided = if len >= budget.alone_at as usize {
+                    Append::Alone
+                } else {
+                    bytes += len as u64;
+                    changes += 1;
+                    if bytes >= budget.bytes || changes >= budget.changes {
+                        Append::BufferAndHandOver
+                    } else {
+                        Append::Buffer
+                    }
+                };
+                proptest::prop_assert_eq!(decided, expected);
+                if decided == Append::Buffer {
+                    continue;
+                }
+                // The writer answers: an open count (empty after a pre-emptive upload), a
+                // refused upload, or it rolls over next.
+                let open = rule.open_bytes();
+                let refused = WriterError::AlreadyFailed("refused".into());
+                let answer = match what {
+                    0 => Err(&refused),
+                    _ if open >= threshold => Ok(0),
+                    _ => Ok(open),
+                };
+                rule.handed_over(answer);
+                counted.handed_over(answer);
+                if what == 2 {
+                    rule.rolled_over();
+                    counted.rolled_over();
+                }
+                (budget, bytes, changes) = (counted.budget(), 0, 0);
+            }
+        }
     }
 }

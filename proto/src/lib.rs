@@ -7,6 +7,8 @@
 //! - [`codec`]: the changelog file format, the only place that knows its bytes.
 //! - [`types`]: the values both sides exchange (mirrors of the WIT `types` interface).
 //! - [`retry`]: an upload's retry policy as a sans-IO state machine, time as an input.
+//! - [`batch`]: which upload tasks of many writers leave together as one file, and when.
+//! - [`time`]: the instants those machines take as inputs.
 //! - [`handoff`]: when a host's append buffer hands its batch to the writer.
 //! - [`ownership`]: who owns which file (reference counts, per-writer claims on local
 //!   copies): the rules that decide when a file may be deleted.
@@ -15,9 +17,11 @@
 
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod codec;
 pub mod handoff;
 pub mod ownership;
 pub mod retry;
+pub mod time;
 pub mod types;
 pub mod writer;

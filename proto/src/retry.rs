@@ -29,6 +29,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::time::Time;
+
 /// When to give up, and how long to wait in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -87,25 +89,55 @@ pub enum Outcome {
     },
 }
 
-/// The retry state of one upload.
+/// The retry state of one upload, on instants of type `T` (see [`crate::time`]).
 #[derive(Debug)]
-pub struct Retry {
+pub struct Retry<T: Time = Instant> {
     policy: RetryPolicy,
     /// The one attempt not yet finalized (by its failure or its timeout), if one runs.
     current: Option<u32>,
     /// When `current` times out.
-    deadline: Option<Instant>,
+    deadline: Option<T>,
     /// The attempt to start after a failure's delay, and when.
-    retry_at: Option<(u32, Instant)>,
+    retry_at: Option<(u32, T)>,
     /// Attempts started.
     started: u32,
     actions: VecDeque<Action>,
     outcome: Option<Outcome>,
 }
 
-impl Retry {
+impl Outcome {
+    /// The message of a failed upload, in one wording for every host: attempts started,
+    /// the last attempt, and why it failed (`cause`: the host's words for that attempt's
+    /// error; a timeout names the timeout instead). `None` for a success.
+    pub fn failure(&self, cause: &dyn std::fmt::Display) -> Option<String> {
+        match *self {
+            Outcome::Succeeded { .. } => None,
+            Outcome::Failed { attempt, attempts } => Some(failed_message(attempts, attempt, cause)),
+            Outcome::TimedOut {
+                attempt,
+                attempts,
+                timeout,
+            } => Some(timed_out_message(attempts, attempt, timeout)),
+        }
+    }
+}
+
+/// An upload whose last attempt, `attempt` of `attempts` started, failed with `cause`.
+pub fn failed_message(attempts: u32, attempt: u32, cause: &dyn std::fmt::Display) -> String {
+    format!("upload failed after {attempts} attempts; last: attempt {attempt}: {cause}")
+}
+
+/// An upload whose last attempt, `attempt` of `attempts` started, ran past `timeout`.
+pub fn timed_out_message(attempts: u32, attempt: u32, timeout: Duration) -> String {
+    format!(
+        "upload failed after {attempts} attempts; last: attempt {attempt} timed out after {} ms",
+        timeout.as_millis()
+    )
+}
+
+impl<T: Time> Retry<T> {
     /// The retry state of an upload that begins at `now`: attempt 1 is to start.
-    pub fn new(policy: RetryPolicy, now: Instant) -> Self {
+    pub fn new(policy: RetryPolicy, now: T) -> Self {
         let mut retry = Self {
             policy: RetryPolicy {
                 max_attempts: policy.max_attempts.max(1),
@@ -122,7 +154,7 @@ impl Retry {
         retry
     }
 
-    fn start(&mut self, n: u32, now: Instant) {
+    fn start(&mut self, n: u32, now: T) {
         self.started = self.started.max(n);
         self.current = Some(n);
         self.deadline = self.policy.timeout.map(|t| now + t);
@@ -131,7 +163,7 @@ impl Retry {
 
     /// Input: attempt `n` ended with `result` at `now`. Results after the decision (of
     /// attempts that lost) change nothing.
-    pub fn attempt_finished(&mut self, n: u32, result: AttemptResult, now: Instant) {
+    pub fn attempt_finished(&mut self, n: u32, result: AttemptResult, now: T) {
         if self.outcome.is_some() {
             return;
         }
@@ -163,7 +195,7 @@ impl Retry {
     }
 
     /// Input: the time is `now` (at least the instant [`Retry::poll_timeout`] named).
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: T) {
         if self.outcome.is_some() {
             return;
         }
@@ -210,7 +242,7 @@ impl Retry {
 
     /// Timer: when [`Retry::handle_timeout`] must be called next; `None` when nothing
     /// waits on the time.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<T> {
         if self.outcome.is_some() {
             return None;
         }
@@ -241,6 +273,7 @@ impl Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::Millis;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -255,7 +288,7 @@ mod tests {
     }
 
     /// Drains the actions.
-    fn started(retry: &mut Retry) -> Vec<u32> {
+    fn started(retry: &mut Retry<Millis>) -> Vec<u32> {
         std::iter::from_fn(|| retry.poll_action())
             .map(|Action::Start(n)| n)
             .collect()
@@ -263,7 +296,7 @@ mod tests {
 
     #[test]
     fn the_first_attempt_starts_at_once_and_a_success_wins() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(3, Some(1000), 500), t0);
         assert_eq!(started(&mut retry), [1]);
         assert_eq!(retry.poll_timeout(), Some(t0 + ms(1000)));
@@ -280,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_retryable_failure_waits_the_delay_then_retries_until_the_last_attempt() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(3, Some(1000), 500), t0);
         started(&mut retry);
         retry.attempt_finished(1, AttemptResult::Retryable, t0 + ms(20));
@@ -311,7 +344,7 @@ mod tests {
 
     #[test]
     fn without_a_delay_the_next_attempt_starts_at_once() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(2, None, 0), t0);
         started(&mut retry);
         assert_eq!(retry.poll_timeout(), None, "no timeout, no delay: no timer");
@@ -321,7 +354,7 @@ mod tests {
 
     #[test]
     fn a_fatal_failure_ends_the_upload_at_once() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(5, Some(1000), 10), t0);
         started(&mut retry);
         retry.attempt_finished(1, AttemptResult::Fatal, t0);
@@ -336,7 +369,7 @@ mod tests {
 
     #[test]
     fn an_attempt_past_its_timeout_gets_a_speculative_successor_and_may_still_win() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(3, Some(100), 500), t0);
         started(&mut retry);
         retry.handle_timeout(t0 + ms(100));
@@ -373,7 +406,7 @@ mod tests {
 
     #[test]
     fn the_last_attempt_timing_out_fails_the_upload_as_timed_out() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(2, Some(100), 500), t0);
         started(&mut retry);
         retry.handle_timeout(t0 + ms(100));
@@ -394,7 +427,7 @@ mod tests {
     #[test]
     fn a_deadline_counts_from_the_start_not_from_when_a_thread_was_found() {
         // The host could not run attempt 1 before its deadline: it must not run it.
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(2, Some(100), 0), t0);
         started(&mut retry);
         retry.handle_timeout(t0 + ms(100));
@@ -404,7 +437,7 @@ mod tests {
 
     #[test]
     fn flinks_none_policy_makes_one_attempt_and_waits_forever() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut retry = Retry::new(policy(1, None, 0), t0);
         assert_eq!(started(&mut retry), [1]);
         assert_eq!(retry.poll_timeout(), None);

@@ -334,3 +334,34 @@ fn a_snapshot_naming_another_writers_file_traps_the_forger() {
     assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 1);
     healthy.confirm(0, 1, 1).unwrap();
 }
+
+#[test]
+fn answers_larger_than_wasmtimes_default_hostcall_budget_reach_the_caller() {
+    // Pending persists of one range complete together, in one delivery whose answer
+    // lists every change set once per persist: here 400 persists of 3,000 change sets,
+    // 1.2 million handle entries, more than the 128 MiB wasmtime lets a call lift by
+    // default. A legitimate answer is bounded by the guest's memory, not by that.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dstl_tests::harness::open(
+        dir.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=3s",
+            "dstl.writer.memory-limit=1gb",
+        ],
+    );
+    let w = storage.create_writer("big-answers", RANGE).unwrap();
+    const SETS: u64 = 3_000;
+    const PERSISTS: i64 = 400;
+    for i in 0..SETS {
+        w.append(1, &i.to_le_bytes()).unwrap();
+        assert_eq!(w.next_sequence_number().unwrap(), i + 1);
+    }
+    let pending: Vec<_> = (1..=PERSISTS)
+        .map(|checkpoint| w.persist(0, checkpoint).unwrap())
+        .collect();
+    for future in pending {
+        let snapshot = future.wait().unwrap();
+        assert_eq!(snapshot.remote.entries.len() as u64, SETS);
+    }
+    w.close().unwrap();
+}

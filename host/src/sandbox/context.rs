@@ -22,6 +22,9 @@ pub(crate) struct WriterCtx {
     wasi: WasiCtx,
     table: ResourceTable,
     pub limits: StoreLimits,
+    /// The cap of `limits` in bytes, which also bounds what one call may lift out of the
+    /// guest (see `instance::new_store`).
+    pub memory_limit: u64,
     pub stderr: MemoryOutputPipe,
     pub services: Arc<Services>,
     /// Where the outcomes of the tasks this writer schedules go (its mailbox).
@@ -76,6 +79,7 @@ impl WriterCtx {
             id,
             wasi: WasiCtx::builder().stderr(stderr.clone()).build(),
             table: ResourceTable::new(),
+            memory_limit,
             limits: StoreLimitsBuilder::new()
                 .memory_size(memory_limit as usize)
                 .trap_on_grow_failure(true)

@@ -39,8 +39,10 @@ pub(crate) struct Limits {
 /// guest panic's message reaches the error, and each call limited in its CPU time.
 pub(crate) fn new_store(engine: &wasmtime::Engine, ctx: WriterCtx) -> Store<WriterCtx> {
     let timeout = ctx.clock.budget;
+    let lift_budget = lift_budget(ctx.memory_limit);
     let mut store = Store::new(engine, ctx);
     store.limiter(|ctx| &mut ctx.limits);
+    store.set_hostcall_fuel(lift_budget);
     store.set_epoch_deadline(deadline_ticks(timeout));
     // The epoch deadline runs on wall time; when it is reached, the call is interrupted
     // only if its CPU time is used up, and extended by the rest otherwise.
@@ -54,6 +56,16 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, ctx: WriterCtx) -> Store<Writ
         })
     });
     store
+}
+
+/// What one call may lift out of a guest whose memory is capped at `memory_limit`:
+/// wasmtime's "hostcall fuel", 128 MiB by default, bounds the host's allocations for the
+/// lists and strings of one call. A legitimate answer can be larger (pending persists of
+/// one range complete together, each listing every change set of it), but it is bounded
+/// by the guest's memory; host types take at most about twice the guest's bytes, so four
+/// times the cap stops only a guest that names the same bytes over and over.
+fn lift_budget(memory_limit: u64) -> usize {
+    usize::try_from(memory_limit.saturating_mul(4)).unwrap_or(usize::MAX)
 }
 
 /// One writer's live sandbox.

@@ -1,10 +1,9 @@
-//! The upload layer: batching of upload tasks across writers ([`batcher`], driven by
-//! [`scheduler`]), the in-flight limit ([`throttle`]), retries with timeouts ([`retry`])
+//! The upload layer: batching of upload tasks across writers (`dstl_proto::batch`'s
+//! decisions, driven by [`scheduler`]), the in-flight limit ([`throttle`]), retries with timeouts ([`retry`])
 //! and one upload attempt ([`attempt`]). It knows nothing of wasm or writers: each task's
 //! outcome goes back to whoever submitted it through an [`OutcomeSink`].
 
 pub(crate) mod attempt;
-pub(crate) mod batcher;
 pub(crate) mod buffers;
 pub(crate) mod retry;
 pub(crate) mod scheduler;
@@ -43,7 +42,7 @@ pub(crate) trait OutcomeSink: Send + Sync {
 pub enum UploadError {
     /// The last attempt the retry policy allowed failed (an I/O error of the store after
     /// `dstl.dfs.upload.max-attempts`, or an attempt that panicked).
-    #[error("upload failed after {attempts} attempts; last: attempt {attempt}: {cause}")]
+    #[error("{}", dstl_proto::retry::failed_message(*attempts, *attempt, cause))]
     Failed {
         /// Attempts started.
         attempts: u32,
@@ -55,10 +54,7 @@ pub enum UploadError {
     },
     /// The last attempt the retry policy allowed ran past `dstl.dfs.upload.timeout` (a
     /// store that hangs).
-    #[error(
-        "upload failed after {attempts} attempts; last: attempt {attempt} timed out after {} ms",
-        timeout.as_millis()
-    )]
+    #[error("{}", dstl_proto::retry::timed_out_message(*attempts, *attempt, *timeout))]
     TimedOut {
         /// Attempts started.
         attempts: u32,

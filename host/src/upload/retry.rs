@@ -225,9 +225,16 @@ where
 
 #[cfg(test)]
 mod tests {
+    //! The driver on simulated time: a current-thread runtime whose clock is paused. An
+    //! attempt runs on a blocking thread, and tokio does not move a paused clock by itself
+    //! while one runs, so a test with attempts that hang moves it itself, once the attempts
+    //! it expects have started (they report through a channel); with none running, tokio
+    //! moves it to the next timer at once. Every duration below is simulated.
+
     use super::*;
     use crate::background::Outstanding;
-    use std::sync::Mutex;
+    use std::sync::{Condvar, Mutex};
+    use tokio::sync::mpsc;
 
     fn io(message: &str) -> AttemptError {
         AttemptError::io("writing", std::io::Error::other(message.to_string()))
@@ -241,63 +248,114 @@ mod tests {
         }
     }
 
-    fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
-    fn run<R: Send + 'static>(
+    /// Holds hanging attempts until opened.
+    #[derive(Clone, Default)]
+    struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+    impl Gate {
+        fn wait(&self) {
+            let (open, cv) = &*self.0;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }
+
+        fn open(&self) {
+            *self.0.0.lock().unwrap() = true;
+            self.0.1.notify_all();
+        }
+    }
+
+    /// What a test sees of one upload: the attempts as they start (number, simulated
+    /// instant), and the discarded results.
+    struct Upload<R> {
+        started: mpsc::UnboundedReceiver<(u32, Instant)>,
+        discarded: Arc<Mutex<Vec<R>>>,
+        outstanding: Outstanding,
+    }
+
+    impl<R> Upload<R> {
+        /// The next attempt to start, and when.
+        async fn next_start(&mut self) -> (u32, Instant) {
+            self.started.recv().await.expect("an attempt starts")
+        }
+
+        /// Waits (off the runtime's thread) until late results were discarded.
+        async fn idle(&self) -> Vec<R>
+        where
+            R: Clone + Send + 'static,
+        {
+            let outstanding = self.outstanding.clone();
+            tokio::task::spawn_blocking(move || outstanding.wait_idle())
+                .await
+                .unwrap();
+            self.discarded.lock().unwrap().clone()
+        }
+    }
+
+    /// Runs `test` on a paused clock with an upload under `policy` on `threads` threads,
+    /// whose attempt `n` is `attempt(n)`; the test gets the upload's handle (a task) and
+    /// what it sees of it.
+    fn simulate<R, T>(
         policy: RetryPolicy,
         threads: usize,
         attempt: impl Fn(u32) -> Result<R, AttemptError> + Send + Sync + 'static,
-        discard: impl Fn(R) + Send + 'static,
-    ) -> (Result<Success<R>, UploadError>, Waiter) {
-        let outstanding = Outstanding::default();
-        let job = outstanding.start();
-        let runtime = rt();
-        let result = runtime.block_on(execute(
-            policy,
-            Arc::new(Semaphore::new(threads)),
-            attempt,
-            discard,
-            job,
-        ));
-        (result, Waiter(outstanding, runtime))
-    }
-
-    /// Keeps the runtime alive (dropping it would wait for hung attempts) until the test
-    /// has released them and waited for the discards.
-    struct Waiter(Outstanding, tokio::runtime::Runtime);
-
-    impl Waiter {
-        fn wait_idle(self) {
-            self.0.wait_idle();
-            self.1.shutdown_background();
-        }
+        test: impl AsyncFnOnce(tokio::task::JoinHandle<Result<Success<R>, UploadError>>, Upload<R>) -> T,
+    ) -> T
+    where
+        R: Send + 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let (tx, started) = mpsc::unbounded_channel();
+            let discarded = Arc::new(Mutex::new(Vec::new()));
+            let outstanding = Outstanding::default();
+            let sink = discarded.clone();
+            let upload = tokio::spawn(execute(
+                policy,
+                Arc::new(Semaphore::new(threads)),
+                move |n| {
+                    let _ = tx.send((n, Instant::now()));
+                    attempt(n)
+                },
+                move |r| sink.lock().unwrap().push(r),
+                outstanding.start(),
+            ));
+            let seen = Upload {
+                started,
+                discarded,
+                outstanding,
+            };
+            test(upload, seen).await
+        })
     }
 
     #[test]
     fn none_policy_makes_one_attempt() {
-        let calls = Arc::new(AtomicU32::new(0));
-        let c = calls.clone();
-        let (result, _) = run(
+        let e = simulate(
             policy_from_config(
                 &Config::new()
                     .with("dstl.dfs.upload.retry-policy", "none")
                     .unwrap(),
             ),
             1,
-            move |_| -> Result<(), _> {
-                c.fetch_add(1, Ordering::SeqCst);
-                Err(io("disk on fire"))
+            |_| -> Result<(), _> { Err(io("disk on fire")) },
+            async |upload, mut seen| {
+                let e = upload.await.unwrap().err().unwrap();
+                assert_eq!(seen.next_start().await.0, 1);
+                assert!(seen.started.try_recv().is_err(), "one attempt only");
+                e
             },
-            |_| {},
         );
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
-        let e = result.err().unwrap();
         assert!(
             matches!(
                 e,
@@ -317,58 +375,58 @@ mod tests {
 
     #[test]
     fn fixed_policy_retries_io_failures_up_to_the_limit() {
-        let calls = Arc::new(AtomicU32::new(0));
-        let c = calls.clone();
-        let (result, _) = run(
+        let e = simulate(
             policy(5, None, Duration::ZERO),
             1,
-            move |n| -> Result<(), _> {
-                c.fetch_add(1, Ordering::SeqCst);
-                Err(io(&format!("failure {n}")))
+            |n| -> Result<(), _> { Err(io(&format!("failure {n}"))) },
+            async |upload, mut seen| {
+                let e = upload.await.unwrap().err().unwrap();
+                for n in 1..=5 {
+                    assert_eq!(seen.next_start().await.0, n);
+                }
+                e
             },
-            |_| {},
         );
-        assert_eq!(calls.load(Ordering::SeqCst), 5);
         assert!(matches!(
-            result.err().unwrap(),
+            e,
             UploadError::Failed {
                 attempts: 5,
                 attempt: 5,
                 ..
             }
         ));
+        assert!(
+            e.to_string().ends_with("attempt 5: writing: failure 5"),
+            "{e}"
+        );
     }
 
     #[test]
     fn success_after_failures_reports_the_winning_attempt() {
-        let (result, _) = run(
+        let won = simulate(
             policy(6, None, Duration::ZERO),
             1,
-            |n| {
-                if n <= 2 { Err(io("no")) } else { Ok(n) }
-            },
-            |_| {},
+            |n| if n <= 2 { Err(io("no")) } else { Ok(n) },
+            async |upload, _| upload.await.unwrap().ok().unwrap(),
         );
-        let won = result.ok().unwrap();
         assert_eq!((won.result, won.attempt, won.total_attempts), (3, 3, 3));
     }
 
     #[test]
     fn fatal_errors_are_not_retried() {
-        let calls = Arc::new(AtomicU32::new(0));
-        let c = calls.clone();
-        let (result, _) = run(
+        let e = simulate(
             policy(u32::MAX, None, Duration::ZERO),
             1,
-            move |_| -> Result<(), _> {
-                c.fetch_add(1, Ordering::SeqCst);
-                Err(AttemptError::Fatal("bug".into()))
+            |_| -> Result<(), _> { Err(AttemptError::Fatal("bug".into())) },
+            async |upload, mut seen| {
+                let e = upload.await.unwrap().err().unwrap();
+                assert_eq!(seen.next_start().await.0, 1);
+                assert!(seen.started.try_recv().is_err(), "no retry");
+                e
             },
-            |_| {},
         );
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert!(matches!(
-            result.err().unwrap(),
+            e,
             UploadError::Failed {
                 cause: AttemptError::Fatal(_),
                 ..
@@ -378,71 +436,69 @@ mod tests {
 
     #[test]
     fn retry_waits_the_configured_delay() {
-        let started = Instant::now();
-        let (result, _) = run(
-            policy(3, None, Duration::from_millis(123)),
+        simulate(
+            policy(3, None, ms(123)),
             1,
-            |n| {
-                if n == 1 { Err(io("once")) } else { Ok(()) }
+            |n| if n == 1 { Err(io("once")) } else { Ok(()) },
+            async |upload, mut seen| {
+                assert_eq!(upload.await.unwrap().ok().unwrap().attempt, 2);
+                let (_, first) = seen.next_start().await;
+                let (n, second) = seen.next_start().await;
+                assert_eq!(n, 2);
+                assert_eq!(second - first, ms(123));
             },
-            |_| {},
         );
-        assert_eq!(result.ok().unwrap().attempt, 2);
-        assert!(started.elapsed() >= Duration::from_millis(123));
     }
 
     #[test]
     fn timed_out_attempts_lose_and_are_discarded() {
         // Attempts 1..=6 hang until attempt 7 has won; 7 returns at once.
-        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let discarded = Arc::new(Mutex::new(Vec::new()));
+        let gate = Gate::default();
         let g = gate.clone();
-        let d = discarded.clone();
-        let (result, outstanding) = run(
-            policy(7, Some(Duration::from_millis(5)), Duration::ZERO),
+        let (won, discarded) = simulate(
+            policy(7, Some(ms(5)), Duration::ZERO),
             8,
             move |n| {
                 if n < 7 {
-                    let (open, cv) = &*g;
-                    let mut open = open.lock().unwrap();
-                    while !*open {
-                        open = cv.wait(open).unwrap();
-                    }
+                    g.wait();
                 }
                 Ok(n)
             },
-            move |n| d.lock().unwrap().push(n),
+            async |upload, mut seen| {
+                for n in 1..=6 {
+                    assert_eq!(seen.next_start().await.0, n);
+                    tokio::time::advance(ms(5)).await;
+                }
+                let won = upload.await.unwrap().ok().unwrap();
+                gate.open();
+                (won, seen.idle().await)
+            },
         );
-        let won = result.ok().unwrap();
         assert_eq!((won.result, won.attempt, won.total_attempts), (7, 7, 7));
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        outstanding.wait_idle();
-        let mut discarded = discarded.lock().unwrap().clone();
+        let mut discarded = discarded;
         discarded.sort();
         assert_eq!(discarded, vec![1, 2, 3, 4, 5, 6]);
     }
 
     #[test]
     fn last_attempt_timing_out_fails_and_late_success_is_discarded() {
-        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let discarded = Arc::new(Mutex::new(Vec::new()));
+        let gate = Gate::default();
         let g = gate.clone();
-        let d = discarded.clone();
-        let (result, outstanding) = run(
-            policy(1, Some(Duration::from_millis(5)), Duration::ZERO),
+        let (e, discarded) = simulate(
+            policy(1, Some(ms(5)), Duration::ZERO),
             1,
             move |n| {
-                let (open, cv) = &*g;
-                let mut open = open.lock().unwrap();
-                while !*open {
-                    open = cv.wait(open).unwrap();
-                }
+                g.wait();
                 Ok(n)
             },
-            move |n| d.lock().unwrap().push(n),
+            async |upload, mut seen| {
+                seen.next_start().await;
+                tokio::time::advance(ms(5)).await;
+                let e = upload.await.unwrap().err().unwrap();
+                gate.open();
+                (e, seen.idle().await)
+            },
         );
-        let e = result.err().unwrap();
         assert!(
             matches!(
                 e,
@@ -458,88 +514,84 @@ mod tests {
             e.to_string(),
             "upload failed after 1 attempts; last: attempt 1 timed out after 5 ms"
         );
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        outstanding.wait_idle();
-        assert_eq!(*discarded.lock().unwrap(), vec![1]);
+        assert_eq!(discarded, vec![1]);
     }
 
     #[test]
     fn a_hung_attempt_is_overtaken_by_the_next_after_the_timeout() {
-        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let starts = Arc::new(Mutex::new(Vec::new()));
+        let gate = Gate::default();
         let g = gate.clone();
-        let s = starts.clone();
-        let (result, outstanding) = run(
-            policy(u32::MAX, Some(Duration::from_millis(300)), Duration::ZERO),
+        simulate(
+            policy(u32::MAX, Some(ms(300)), Duration::ZERO),
             2,
             move |n| {
-                s.lock().unwrap().push(Instant::now());
                 if n == 1 {
-                    let (open, cv) = &*g;
-                    let mut open = open.lock().unwrap();
-                    while !*open {
-                        open = cv.wait(open).unwrap();
-                    }
+                    g.wait();
                 }
                 Ok(n)
             },
-            |_| {},
+            async |upload, mut seen| {
+                let (_, first) = seen.next_start().await;
+                tokio::time::advance(ms(299)).await;
+                tokio::task::yield_now().await;
+                assert!(seen.started.try_recv().is_err(), "not before the timeout");
+                tokio::time::advance(ms(1)).await;
+                let (n, second) = seen.next_start().await;
+                assert_eq!((n, second - first), (2, ms(300)));
+                assert_eq!(upload.await.unwrap().ok().unwrap().attempt, 2);
+                gate.open();
+                assert_eq!(seen.idle().await, vec![1], "the late winner lost");
+            },
         );
-        assert_eq!(result.ok().unwrap().attempt, 2);
-        let starts = starts.lock().unwrap().clone();
-        let gap = starts[1] - starts[0];
-        assert!(
-            gap >= Duration::from_millis(300),
-            "second attempt after {gap:?}"
-        );
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        outstanding.wait_idle();
     }
 
     #[test]
     fn hung_attempts_holding_every_thread_still_fail_within_the_policy() {
         // One thread, held by attempt 1 for good: attempt 2 waits for the permit, and its
         // timeout runs while it waits, so the upload fails after two timeouts.
-        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let calls = Arc::new(AtomicU32::new(0));
-        let (g, c) = (gate.clone(), calls.clone());
-        let started = Instant::now();
-        let (result, outstanding) = run(
-            policy(2, Some(Duration::from_millis(100)), Duration::ZERO),
+        let gate = Gate::default();
+        let g = gate.clone();
+        simulate(
+            policy(2, Some(ms(100)), Duration::ZERO),
             1,
             move |n| {
-                c.fetch_add(1, Ordering::SeqCst);
-                let (open, cv) = &*g;
-                let mut open = open.lock().unwrap();
-                while !*open {
-                    open = cv.wait(open).unwrap();
-                }
+                g.wait();
                 Ok(n)
             },
-            |_| {},
-        );
-        let e = result.err().unwrap();
-        assert!(
-            matches!(
-                e,
-                UploadError::TimedOut {
-                    attempts: 2,
-                    attempt: 2,
-                    ..
+            async |upload, mut seen| {
+                let (_, started) = seen.next_start().await;
+                // Attempt 2 reports nothing (it never runs), so the clock moves in steps
+                // of a millisecond, each followed by turns of the runtime for the driver.
+                while !upload.is_finished() {
+                    tokio::time::advance(ms(1)).await;
+                    for _ in 0..4 {
+                        tokio::task::yield_now().await;
+                    }
                 }
-            ),
-            "{e:?}"
-        );
-        assert!(started.elapsed() >= Duration::from_millis(200));
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        outstanding.wait_idle();
-        assert_eq!(
-            calls.load(Ordering::SeqCst),
-            1,
-            "attempt 2 timed out before it got the thread, so it never ran"
+                let elapsed = Instant::now() - started;
+                let e = upload.await.unwrap().err().unwrap();
+                assert!(
+                    matches!(
+                        e,
+                        UploadError::TimedOut {
+                            attempts: 2,
+                            attempt: 2,
+                            ..
+                        }
+                    ),
+                    "{e:?}"
+                );
+                assert!(
+                    (ms(200)..ms(205)).contains(&elapsed),
+                    "two timeouts, not {elapsed:?}"
+                );
+                gate.open();
+                assert_eq!(seen.idle().await, vec![1]);
+                assert!(
+                    seen.started.try_recv().is_err(),
+                    "attempt 2 timed out before it got the thread, so it never ran"
+                );
+            },
         );
     }
 }

@@ -16,7 +16,6 @@ use dstl_proto::types::UploadTask;
 use tokio::sync::{Notify, Semaphore};
 use tracing::Instrument;
 
-use super::batcher::Batcher;
 use super::buffers::BlockPool;
 use super::retry::{self, RetryPolicy};
 use super::throttle::{Refused, Throttle};
@@ -24,6 +23,7 @@ use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
 use crate::registry::{Registries, WriterId};
+use dstl_proto::batch::Batcher;
 
 /// The tasks of a batch as `writer-id/task-id`, for its span.
 struct TaskIds<'a>(&'a [Recipient]);

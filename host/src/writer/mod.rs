@@ -232,10 +232,7 @@ impl Writer {
         let name = &self.core.name;
         let result = self.call(|instance, book| {
             let reply = instance.persist(from, checkpoint)?;
-            // The guest rolled the open change set over unless a precondition failed.
-            if matches!(reply, Ok(_) | Err(WriterError::UploadFailed(_))) {
-                book.hand_off.rolled_over();
-            }
+            book.hand_off.persisted(reply.as_ref().err());
             Ok(reply.map(|reply| match reply {
                 PersistReply::Ready(snapshot) => PersistFuture::ready(Ok(snapshot)),
                 PersistReply::Pending(ticket) => book.tickets.wait_for(name, ticket),

@@ -1,26 +1,35 @@
-//! The batching decisions of the shared scheduler, as a pure state machine: tasks of
+//! The batching decisions of a shared upload scheduler, as a sans-IO state machine: tasks of
 //! every writer queue together and leave as one batch (one file) when the persist delay
 //! has passed since the batch's first task or when the queued bytes reach the size
 //! threshold (Flink's `BatchingStateChangeUploadScheduler`), or at once when a task of
 //! half the threshold or more arrives: batching exists to put the small tasks of many
 //! writers into one file, and a task that large is worth a file of its own, so holding
-//! it for company only delays its checkpoint (Flink holds it). Time is an input, as in
-//! quinn-proto: the caller passes `now` and asks [`Batcher::poll_timeout`] when to call
-//! [`Batcher::handle_timeout`], so the rules are tested on simulated time.
+//! it for company only delays its checkpoint (Flink holds it).
+//!
+//! The kinds of methods, as in quinn-proto's `Connection`:
+//!
+//! - **inputs**: [`Batcher::push`] (a task arrives), [`Batcher::handle_timeout`] (the
+//!   time [`Batcher::poll_timeout`] named has come), [`Batcher::take`] (the scheduler
+//!   closes); each returns the batch that leaves, the output;
+//! - **timers**: [`Batcher::poll_timeout`];
+//! - **queries**: [`Batcher::len`], [`Batcher::is_empty`].
 
 use std::time::{Duration, Instant};
 
-/// Queued items of type `T` and when they must leave.
+use crate::time::Time;
+
+/// Queued items of type `I` and when they must leave, on instants of type `T` (see
+/// [`crate::time`]).
 #[derive(Debug)]
-pub(crate) struct Batcher<T> {
+pub struct Batcher<I, T: Time = Instant> {
     delay: Duration,
     size_threshold: u64,
-    queue: Vec<T>,
+    queue: Vec<I>,
     bytes: u64,
-    deadline: Option<Instant>,
+    deadline: Option<T>,
 }
 
-impl<T> Batcher<T> {
+impl<I, T: Time> Batcher<I, T> {
     /// A batcher that holds a batch for `delay` after its first item, or until it holds
     /// `size_threshold` bytes, or until an item of half that arrives. A zero delay or
     /// threshold sends every item at once.
@@ -34,8 +43,8 @@ impl<T> Batcher<T> {
         }
     }
 
-    /// Queues `item` of `size` bytes; returns the batch if it must leave now.
-    pub fn push(&mut self, item: T, size: u64, now: Instant) -> Option<Vec<T>> {
+    /// Input: queues `item` of `size` bytes at `now`; returns the batch if it must leave now.
+    pub fn push(&mut self, item: I, size: u64, now: T) -> Option<Vec<I>> {
         self.queue.push(item);
         self.bytes = self.bytes.saturating_add(size);
         if self.delay.is_zero()
@@ -48,43 +57,49 @@ impl<T> Batcher<T> {
         None
     }
 
-    /// When the queued batch must leave, if anything is queued.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    /// Timer: when the queued batch must leave, if anything waits for the time.
+    pub fn poll_timeout(&self) -> Option<T> {
         self.deadline
     }
 
-    /// The batch, if its delay has passed by `now`.
-    pub fn handle_timeout(&mut self, now: Instant) -> Option<Vec<T>> {
+    /// Input: the time is `now`; returns the batch if its delay has passed.
+    pub fn handle_timeout(&mut self, now: T) -> Option<Vec<I>> {
         match self.deadline {
             Some(deadline) if now >= deadline => Some(self.take()),
             _ => None,
         }
     }
 
-    /// Takes everything queued (the storage is closing).
-    pub fn take(&mut self) -> Vec<T> {
+    /// Input: takes everything queued (the scheduler is closing).
+    pub fn take(&mut self) -> Vec<I> {
         self.bytes = 0;
         self.deadline = None;
         std::mem::take(&mut self.queue)
     }
 
-    /// Items waiting.
+    /// Query: items waiting.
     pub fn len(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Query: whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::Millis;
 
-    fn at(start: Instant, ms: u64) -> Instant {
+    fn at(start: Millis, ms: u64) -> Millis {
         start + Duration::from_millis(ms)
     }
 
     #[test]
     fn a_batch_leaves_when_the_delay_since_its_first_item_has_passed() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_millis(10), 1000);
         assert_eq!(b.poll_timeout(), None);
         assert_eq!(b.push("a", 1, t0), None);
@@ -102,7 +117,7 @@ mod tests {
 
     #[test]
     fn a_batch_leaves_at_once_when_it_reaches_the_size_threshold() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_secs(3600), 10);
         assert_eq!(b.push(1, 4, t0), None);
         assert_eq!(b.push(2, 4, t0), None);
@@ -114,7 +129,7 @@ mod tests {
 
     #[test]
     fn an_item_of_half_the_threshold_does_not_wait_for_company() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_secs(3600), 10);
         assert_eq!(b.push(1, 1, t0), None);
         // Worth a file of its own: it leaves at once, with what waited.
@@ -124,7 +139,7 @@ mod tests {
 
     #[test]
     fn zero_delay_or_threshold_sends_every_item_alone() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut no_delay = Batcher::new(Duration::ZERO, 1 << 20);
         assert_eq!(no_delay.push('x', 1, t0), Some(vec!['x']));
         let mut no_threshold = Batcher::new(Duration::from_secs(1), 0);
@@ -133,7 +148,7 @@ mod tests {
 
     #[test]
     fn take_empties_the_queue() {
-        let t0 = Instant::now();
+        let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_millis(5), 100);
         b.push(1, 1, t0);
         b.push(2, 1, t0);

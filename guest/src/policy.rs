@@ -1,0 +1,162 @@
+//! Exports `dstl_proto`'s upload policy through the WIT interface `policy`: the retry
+//! machine, the batcher and the append buffer's hand-off rule, for hosts that cannot link
+//! dstl-proto (the Node host). Each resource is the proto type behind a `RefCell` (a
+//! resource's methods take `&self`), on [`Millis`]; conversions only.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use dstl_proto::batch::Batcher;
+use dstl_proto::handoff::{Budget, HandOff};
+use dstl_proto::retry::{Action, AttemptResult, Outcome, Retry, RetryPolicy};
+use dstl_proto::time::Millis;
+use dstl_proto::types::WriterError;
+
+use crate::component::dstl::changelog::types as types_wit;
+use crate::component::exports::dstl::changelog::policy::{
+    self as wit, GuestBatcher, GuestHandOff, GuestRetry,
+};
+
+/// `retry`: [`Retry`], with the last failure's cause kept for the message.
+pub struct RetryResource(RefCell<(Retry<Millis>, String)>);
+
+impl GuestRetry for RetryResource {
+    fn new(policy: wit::RetryPolicy, now: u64) -> Self {
+        let policy = RetryPolicy {
+            max_attempts: policy.max_attempts,
+            timeout: policy.timeout_ms.map(Duration::from_millis),
+            delay: Duration::from_millis(policy.delay_ms),
+        };
+        Self(RefCell::new((
+            Retry::new(policy, Millis(now)),
+            String::new(),
+        )))
+    }
+
+    fn attempt_finished(&self, attempt: u32, ended: wit::AttemptResult, cause: String, now: u64) {
+        let (retry, last_cause) = &mut *self.0.borrow_mut();
+        let result = match ended {
+            wit::AttemptResult::Succeeded => AttemptResult::Succeeded,
+            wit::AttemptResult::Retryable => AttemptResult::Retryable,
+            wit::AttemptResult::Fatal => AttemptResult::Fatal,
+        };
+        let decided = retry.outcome().is_some();
+        retry.attempt_finished(attempt, result, Millis(now));
+        if !decided && retry.outcome().is_some() {
+            *last_cause = cause;
+        }
+    }
+
+    fn handle_timeout(&self, now: u64) {
+        self.0.borrow_mut().0.handle_timeout(Millis(now))
+    }
+
+    fn poll_start(&self) -> Option<u32> {
+        self.0
+            .borrow_mut()
+            .0
+            .poll_action()
+            .map(|Action::Start(n)| n)
+    }
+
+    fn outcome(&self) -> Option<wit::RetryOutcome> {
+        let (retry, cause) = &*self.0.borrow();
+        let outcome = retry.outcome()?;
+        Some(match outcome {
+            Outcome::Succeeded { attempt, .. } => wit::RetryOutcome::Succeeded(attempt),
+            failed => wit::RetryOutcome::Failed(failed.failure(cause).unwrap_or_default()),
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.0.borrow().0.poll_timeout().map(|t| t.0)
+    }
+
+    fn may_start(&self, attempt: u32) -> bool {
+        self.0.borrow().0.may_start(attempt)
+    }
+}
+
+/// `batcher`: [`Batcher`] of the host's task numbers.
+pub struct BatcherResource(RefCell<Batcher<u64, Millis>>);
+
+impl GuestBatcher for BatcherResource {
+    fn new(delay_ms: u64, size_threshold: u64) -> Self {
+        Self(RefCell::new(Batcher::new(
+            Duration::from_millis(delay_ms),
+            size_threshold,
+        )))
+    }
+
+    fn push(&self, item: u64, size: u64, now: u64) -> Option<Vec<u64>> {
+        self.0.borrow_mut().push(item, size, Millis(now))
+    }
+
+    fn handle_timeout(&self, now: u64) -> Option<Vec<u64>> {
+        self.0.borrow_mut().handle_timeout(Millis(now))
+    }
+
+    fn take(&self) -> Vec<u64> {
+        self.0.borrow_mut().take()
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.0.borrow().poll_timeout().map(|t| t.0)
+    }
+}
+
+fn from_wit_error(e: types_wit::WriterError) -> WriterError {
+    use types_wit::WriterError as W;
+    match e {
+        W::Closed(m) => WriterError::Closed(m),
+        W::Truncated(m) => WriterError::Truncated(m),
+        W::NotYetAppended(m) => WriterError::NotYetAppended(m),
+        W::AlreadyFailed(m) => WriterError::AlreadyFailed(m),
+        W::InvalidRange(m) => WriterError::InvalidRange(m),
+        W::InvalidArgument(m) => WriterError::InvalidArgument(m),
+        W::UploadFailed(m) => WriterError::UploadFailed(m),
+    }
+}
+
+/// `hand-off`: [`HandOff`].
+pub struct HandOffResource(RefCell<HandOff>);
+
+fn budget(b: Budget) -> wit::Budget {
+    wit::Budget {
+        bytes: b.bytes,
+        changes: b.changes,
+        alone_at: b.alone_at,
+    }
+}
+
+impl GuestHandOff for HandOffResource {
+    fn new(threshold: u64) -> Self {
+        Self(RefCell::new(HandOff::new(threshold)))
+    }
+
+    fn handed_over(&self, answer: Result<u64, types_wit::WriterError>) -> wit::Budget {
+        let error = answer.as_ref().err().cloned().map(from_wit_error);
+        let mut rule = self.0.borrow_mut();
+        rule.handed_over(match &error {
+            Some(e) => Err(e),
+            None => Ok(answer.unwrap_or_default()),
+        });
+        budget(rule.budget())
+    }
+
+    fn rolled_over(&self) -> wit::Budget {
+        let mut rule = self.0.borrow_mut();
+        rule.rolled_over();
+        budget(rule.budget())
+    }
+
+    fn persisted(&self, error: Option<types_wit::WriterError>) -> wit::Budget {
+        let mut rule = self.0.borrow_mut();
+        rule.persisted(error.map(from_wit_error).as_ref());
+        budget(rule.budget())
+    }
+
+    fn budget(&self) -> wit::Budget {
+        budget(self.0.borrow().budget())
+    }
+}
