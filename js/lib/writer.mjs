@@ -124,7 +124,14 @@ export class Writer {
   #closed = false;
   /** The component's `hand-off` rule for this writer, and its budget. */
   #handOff;
+  /** Its budget, or null until asked for after the answer below. */
   #budget;
+  /**
+   * The writer's last `append-batch` answer (open bytes) not yet given to `#handOff`: a
+   * later answer replaces it (`HandOff::handed_over`), so it is given only when the budget
+   * is needed or another input comes, sparing `appendBatch` a call.
+   */
+  #answer = null;
   #mailbox = [];
   #busy = false;
   #fault = null;
@@ -256,13 +263,14 @@ export class Writer {
     if (value.length > I32_MAX) {
       throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
     }
-    if (value.length >= this.#budget.aloneAt) {
+    const budget = this.#currentBudget();
+    if (value.length >= budget.aloneAt) {
       // Large values gain nothing from batching: hand them over directly.
       this.#callWith((live) => this.#appendBatchCall(live, Int32Array.of(keyGroup), Uint32Array.of(value.length), value));
       return;
     }
     this.#buffer.push(keyGroup, value);
-    if (this.#buffer.spent(this.#budget)) this.#callWith(null);
+    if (this.#buffer.spent(budget)) this.#callWith(null);
   }
 
   /**
@@ -287,12 +295,26 @@ export class Writer {
   /** An append-batch call; its answer goes to the hand-off rule. */
   #appendBatchCall(live, keyGroups, lengths, data) {
     try {
-      const open = live.resource.appendBatch(keyGroups, lengths, data);
-      this.#budget = budget(this.#handOff.handedOver({ tag: 'ok', val: open }));
+      this.#answer = live.resource.appendBatch(keyGroups, lengths, data);
+      this.#budget = null;
     } catch (e) {
-      if (isWriterErrorPayload(e)) this.#budget = budget(this.#handOff.handedOver({ tag: 'err', val: e }));
+      if (isWriterErrorPayload(e)) this.#budget = budget(this.#answered().handedOver({ tag: 'err', val: e }));
       throw e;
     }
+  }
+
+  /** The hand-off rule, told the writer's last answer if it was not yet. */
+  #answered() {
+    if (this.#answer !== null) {
+      this.#handOff.handedOver({ tag: 'ok', val: this.#answer });
+      this.#answer = null;
+    }
+    return this.#handOff;
+  }
+
+  #currentBudget() {
+    this.#budget ??= budget(this.#answered().budget());
+    return this.#budget;
   }
 
   /** @returns {bigint} always 0 */
@@ -306,7 +328,7 @@ export class Writer {
    */
   nextSequenceNumber() {
     return this.#callWith((live) => {
-      this.#budget = budget(this.#handOff.rolledOver());
+      this.#budget = budget(this.#answered().rolledOver());
       return live.resource.nextSequenceNumber();
     });
   }
@@ -328,9 +350,9 @@ export class Writer {
       let reply;
       try {
         reply = live.resource.persist(start, cp);
-        this.#budget = budget(this.#handOff.persisted(undefined));
+        this.#budget = budget(this.#answered().persisted(undefined));
       } catch (e) {
-        if (isWriterErrorPayload(e)) this.#budget = budget(this.#handOff.persisted(e));
+        if (isWriterErrorPayload(e)) this.#budget = budget(this.#answered().persisted(e));
         throw e;
       }
       let promise;

@@ -91,6 +91,10 @@ impl HandOff {
     /// appended nothing; any other error (a pre-emptive upload refused) leaves the set open
     /// and over the threshold, so the next append hands over again, as the writer would
     /// try again.
+    ///
+    /// An answer of open bytes replaces whatever earlier answers said, so a host that
+    /// counts down a [`Budget`] may hold such answers back and pass only the latest one,
+    /// before the next other input or budget it needs.
     pub fn handed_over(&mut self, result: Result<u64, &WriterError>) {
         self.bytes = 0;
         self.changes = 0;
@@ -185,6 +189,20 @@ mod tests {
         );
         h.rolled_over();
         assert_eq!(h.append(1), Append::Buffer);
+    }
+
+    #[test]
+    fn the_latest_answer_of_open_bytes_replaces_earlier_ones() {
+        let mut every = HandOff::new(100);
+        let mut latest = HandOff::new(100);
+        for open in [10, 120, 0, 40] {
+            every.handed_over(Ok(open));
+        }
+        every.handed_over(Err(&WriterError::AlreadyFailed("refused".into())));
+        every.handed_over(Ok(70));
+        latest.handed_over(Ok(70));
+        assert_eq!(every.budget(), latest.budget());
+        assert_eq!(latest.budget().bytes, 30);
     }
 
     #[test]
