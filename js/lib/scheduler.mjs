@@ -327,15 +327,18 @@ export class Scheduler {
    */
   constructor(config, policy, uploader, ownership, outstanding, metrics, log) {
     this.policy = policy;
+    // The machines count whole milliseconds: a fraction (`500us`) rounds up, so a
+    // duration that is not zero stays so.
+    const ms = (duration) => BigInt(Math.ceil(duration));
     this.retryPolicy =
       config.retryPolicy === 'none'
         ? { maxAttempts: 1, timeoutMs: undefined, delayMs: 0n }
         : {
             maxAttempts: config.maxAttempts,
-            timeoutMs: config.uploadTimeoutMs > 0 ? BigInt(config.uploadTimeoutMs) : undefined,
-            delayMs: BigInt(config.nextAttemptDelayMs),
+            timeoutMs: config.uploadTimeoutMs > 0 ? ms(config.uploadTimeoutMs) : undefined,
+            delayMs: ms(config.nextAttemptDelayMs),
           };
-    this.batcher = new policy.Batcher(BigInt(config.persistDelayMs), BigInt(config.persistSizeThreshold));
+    this.batcher = new policy.Batcher(ms(config.persistDelayMs), BigInt(config.persistSizeThreshold));
     this.pool = new Pool(config.uploadThreads);
     this.throttle = new Throttle(config.maxInFlight);
     this.uploader = uploader;
@@ -362,8 +365,11 @@ export class Scheduler {
     this.throttle.add(size);
     const number = this.nextNumber++;
     this.queued.set(number, { writer, task, size, done: this.outstanding.start() });
-    const batch = this.batcher.push(number, BigInt(size), now());
-    if (batch) setImmediate(() => this.#start(this.#take(batch)));
+    const leaving = this.batcher.push(number, BigInt(size), now());
+    if (leaving) {
+      const batch = this.#take(leaving);
+      setImmediate(() => this.#start(batch));
+    }
     this.#arm();
     return null;
   }

@@ -108,3 +108,16 @@ test('buffered appends reach the writer exactly when its open change set reaches
     await storage.close();
   }
 });
+
+test('durations below a millisecond drive the machines, rounded up', async () => {
+  const storage = await open({ 'dstl.dfs.batch.persist-delay': '500us', 'dstl.dfs.upload.next-attempt-delay': '10us', 'dstl.dfs.upload.timeout': '30 s' });
+  try {
+    const w = storage.createWriter('w', { start: 0, end: 127 });
+    w.append(1, Buffer.from('x'));
+    const snapshot = await w.persist(0, 1);
+    assert.equal(snapshot.remote.entries.length, 1);
+    w.close();
+  } finally {
+    await storage.close();
+  }
+});
