@@ -47,15 +47,15 @@ impl Effects for HostEffects {
     }
 
     fn release(&mut self, handle: &domain::StreamHandle) {
-        registry::release(&to_wit_stream(handle));
+        registry::release(&to_wit_stream(handle.clone()));
     }
 
     fn stop_tracking(&mut self, handle: &domain::StreamHandle) {
-        registry::stop_tracking(&to_wit_stream(handle));
+        registry::stop_tracking(&to_wit_stream(handle.clone()));
     }
 
     fn local_register(&mut self, handle: &domain::StreamHandle, checkpoint: domain::CheckpointId) {
-        local_registry::register(&to_wit_stream(handle), checkpoint);
+        local_registry::register(&to_wit_stream(handle.clone()), checkpoint);
     }
 
     fn local_discard_up_to(&mut self, checkpoint: domain::CheckpointId) -> Vec<String> {
@@ -74,113 +74,7 @@ impl Effects for HostEffects {
     }
 }
 
-fn to_wit_stream(h: &domain::StreamHandle) -> wit::StreamHandle {
-    wit::StreamHandle {
-        path: h.path.clone(),
-        file_size: h.file_size,
-    }
-}
-
-fn from_wit_stream(h: wit::StreamHandle) -> domain::StreamHandle {
-    domain::StreamHandle {
-        path: h.path,
-        file_size: h.file_size,
-    }
-}
-
-pub(crate) fn from_wit_result(r: wit::UploadResult) -> domain::UploadResult {
-    domain::UploadResult {
-        sequence_number: r.sequence_number,
-        remote: from_wit_stream(r.remote),
-        offset: r.offset,
-        local: r.local.map(|l| domain::LocalCopy {
-            handle: from_wit_stream(l.handle),
-            offset: l.offset,
-        }),
-        size: r.size,
-    }
-}
-
-fn from_wit_handle(h: wit::ChangelogHandle) -> domain::ChangelogHandle {
-    domain::ChangelogHandle {
-        entries: h
-            .entries
-            .into_iter()
-            .map(|e| domain::HandleEntry {
-                handle: from_wit_stream(e.handle),
-                offset: e.offset,
-                size: e.size,
-            })
-            .collect(),
-        key_group_range: domain::KeyGroupRange {
-            start: h.key_group_range.start,
-            end: h.key_group_range.end,
-        },
-        state_size: h.state_size,
-        incremental_size: h.incremental_size,
-        storage_id: h.storage_id,
-    }
-}
-
-pub(crate) fn from_wit_snapshot(s: wit::SnapshotResult) -> domain::SnapshotResult {
-    domain::SnapshotResult {
-        remote: from_wit_handle(s.remote),
-        local: s.local.map(from_wit_handle),
-    }
-}
-
-fn to_wit_range(r: domain::KeyGroupRange) -> wit::KeyGroupRange {
-    wit::KeyGroupRange {
-        start: r.start,
-        end: r.end,
-    }
-}
-
-fn to_wit_handle(h: domain::ChangelogHandle) -> wit::ChangelogHandle {
-    wit::ChangelogHandle {
-        entries: h
-            .entries
-            .into_iter()
-            .map(|e| wit::HandleEntry {
-                handle: to_wit_stream(&e.handle),
-                offset: e.offset,
-                size: e.size,
-            })
-            .collect(),
-        key_group_range: to_wit_range(h.key_group_range),
-        state_size: h.state_size,
-        incremental_size: h.incremental_size,
-        storage_id: h.storage_id,
-    }
-}
-
-fn to_wit_snapshot(s: domain::SnapshotResult) -> wit::SnapshotResult {
-    wit::SnapshotResult {
-        remote: to_wit_handle(s.remote),
-        local: s.local.map(to_wit_handle),
-    }
-}
-
-fn to_wit_error(e: domain::WriterError) -> wit::WriterError {
-    match e {
-        domain::WriterError::Closed(m) => wit::WriterError::Closed(m),
-        domain::WriterError::Truncated(m) => wit::WriterError::Truncated(m),
-        domain::WriterError::NotYetAppended(m) => wit::WriterError::NotYetAppended(m),
-        domain::WriterError::AlreadyFailed(m) => wit::WriterError::AlreadyFailed(m),
-        domain::WriterError::InvalidRange(m) => wit::WriterError::InvalidRange(m),
-        domain::WriterError::InvalidArgument(m) => wit::WriterError::InvalidArgument(m),
-        domain::WriterError::UploadFailed(m) => wit::WriterError::UploadFailed(m),
-    }
-}
-
-fn to_wit_completions(list: Vec<domain::PersistCompletion>) -> Vec<wit::PersistCompletion> {
-    list.into_iter()
-        .map(|c| wit::PersistCompletion {
-            ticket: c.ticket,
-            outcome: c.outcome.map(to_wit_snapshot).map_err(to_wit_error),
-        })
-        .collect()
-}
+dstl_proto::wit_conversions!(wit);
 
 /// The exported resource. A constructor cannot fail in WIT, so a bad configuration is
 /// kept and reported by every call.
@@ -200,15 +94,7 @@ impl WriterResource {
 
 impl GuestWriter for WriterResource {
     fn new(config: wit::WriterConfig) -> Self {
-        Self(RefCell::new(Writer::new(domain::WriterConfig {
-            name: config.name,
-            key_group_range: domain::KeyGroupRange {
-                start: config.key_group_range.start,
-                end: config.key_group_range.end,
-            },
-            preemptive_persist_threshold: config.preemptive_persist_threshold,
-            local_recovery: config.local_recovery,
-        })))
+        Self(RefCell::new(Writer::new(from_wit_config(config))))
     }
 
     fn append(&self, key_group: i32, value: Vec<u8>) -> Result<(), wit::WriterError> {
@@ -242,10 +128,7 @@ impl GuestWriter for WriterResource {
 
     fn persist(&self, start: u64, checkpoint: i64) -> Result<wit::PersistReply, wit::WriterError> {
         self.with(|wr, fx| wr.persist(fx, start, checkpoint))
-            .map(|r| match r {
-                domain::PersistReply::Ready(s) => wit::PersistReply::Ready(to_wit_snapshot(s)),
-                domain::PersistReply::Pending(ticket) => wit::PersistReply::Pending(ticket),
-            })
+            .map(to_wit_reply)
     }
 
     fn truncate(&self, to: u64) -> Result<(), wit::WriterError> {

@@ -10,12 +10,12 @@ use dstl_proto::batch::Batcher;
 use dstl_proto::handoff::{Budget, HandOff};
 use dstl_proto::retry::{Action, AttemptResult, Outcome, Retry, RetryPolicy};
 use dstl_proto::time::Millis;
-use dstl_proto::types::WriterError;
 
 use crate::component::dstl::changelog::types as types_wit;
 use crate::component::exports::dstl::changelog::policy::{
     self as wit, GuestBatcher, GuestHandOff, GuestRetry,
 };
+use crate::component::from_wit_error;
 
 /// `retry`: [`Retry`], with the last failure's cause kept for the message.
 pub struct RetryResource(RefCell<(Retry<Millis>, String)>);
@@ -105,19 +105,6 @@ impl GuestBatcher for BatcherResource {
     }
 }
 
-fn from_wit_error(e: types_wit::WriterError) -> WriterError {
-    use types_wit::WriterError as W;
-    match e {
-        W::Closed(m) => WriterError::Closed(m),
-        W::Truncated(m) => WriterError::Truncated(m),
-        W::NotYetAppended(m) => WriterError::NotYetAppended(m),
-        W::AlreadyFailed(m) => WriterError::AlreadyFailed(m),
-        W::InvalidRange(m) => WriterError::InvalidRange(m),
-        W::InvalidArgument(m) => WriterError::InvalidArgument(m),
-        W::UploadFailed(m) => WriterError::UploadFailed(m),
-    }
-}
-
 /// `hand-off`: [`HandOff`].
 pub struct HandOffResource(RefCell<HandOff>);
 
@@ -135,12 +122,9 @@ impl GuestHandOff for HandOffResource {
     }
 
     fn handed_over(&self, answer: Result<u64, types_wit::WriterError>) -> wit::Budget {
-        let error = answer.as_ref().err().cloned().map(from_wit_error);
+        let answer = answer.map_err(from_wit_error);
         let mut rule = self.0.borrow_mut();
-        rule.handed_over(match &error {
-            Some(e) => Err(e),
-            None => Ok(answer.unwrap_or_default()),
-        });
+        rule.handed_over(answer.as_ref().copied());
         budget(rule.budget())
     }
 

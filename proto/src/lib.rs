@@ -5,7 +5,8 @@
 //!   and by upload outcomes that the host delivers; every effect goes through
 //!   [`writer::Effects`].
 //! - [`codec`]: the changelog file format, the only place that knows its bytes.
-//! - [`types`]: the values both sides exchange (mirrors of the WIT `types` interface).
+//! - [`types`]: the values both sides exchange (mirrors of the WIT `types` interface), and
+//!   [`wit_conversions!`] ([`wit`]), the conversions to and from the generated types.
 //! - [`retry`]: an upload's retry policy as a sans-IO state machine, time as an input.
 //! - [`batch`]: which upload tasks of many writers leave together as one file, and when.
 //! - [`time`]: the instants those machines take as inputs.
@@ -24,4 +25,5 @@ pub mod ownership;
 pub mod retry;
 pub mod time;
 pub mod types;
+pub mod wit;
 pub mod writer;

@@ -14,7 +14,7 @@ use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{
     Changelog, ChangelogPre, from_wit_completions, from_wit_error, from_wit_reply, to_wit_config,
-    to_wit_results,
+    to_wit_result,
 };
 use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
@@ -99,7 +99,7 @@ impl Instance {
             let resource = bindings
                 .dstl_changelog_writer()
                 .writer()
-                .call_constructor(&mut store, &to_wit_config(config))?;
+                .call_constructor(&mut store, &to_wit_config(config.clone()))?;
             Ok((bindings, resource))
         });
         match created {
@@ -250,7 +250,8 @@ impl Instance {
                         }
                     }
                     ctx.holdings.add(&results);
-                    api.call_on_upload_succeeded(store, r, task, &to_wit_results(results))?
+                    let results: Vec<_> = results.into_iter().map(to_wit_result).collect();
+                    api.call_on_upload_succeeded(store, r, task, &results)?
                 }
                 UploadOutcome::Failed { task, error } => {
                     // The WIT boundary: the guest gets the reason as text.

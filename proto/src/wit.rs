@@ -1,0 +1,222 @@
+//! Conversions between [`crate::types`] and the types a WIT binding generator makes from
+//! the `types` interface (wit-bindgen in the component, wasmtime's bindgen in the host):
+//! the generated types differ by crate but have the same names and fields, so one macro
+//! writes the conversions for both sides.
+
+/// Defines, in the calling module, `from_wit_*` and `to_wit_*` conversions between
+/// `dstl_proto::types` and the generated types of the WIT `types` interface, which must
+/// be in scope as the module `$wit`: stream handles, key-group ranges, writer
+/// configurations, upload results, changelog handles, snapshot results, writer errors,
+/// persist replies and persist completions. A side uses the directions it needs.
+#[macro_export]
+macro_rules! wit_conversions {
+    ($wit:ident) => {
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_stream(h: $wit::StreamHandle) -> $crate::types::StreamHandle {
+            $crate::types::StreamHandle {
+                path: h.path,
+                file_size: h.file_size,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_stream(h: $crate::types::StreamHandle) -> $wit::StreamHandle {
+            $wit::StreamHandle {
+                path: h.path,
+                file_size: h.file_size,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_range(r: $wit::KeyGroupRange) -> $crate::types::KeyGroupRange {
+            $crate::types::KeyGroupRange {
+                start: r.start,
+                end: r.end,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_range(r: $crate::types::KeyGroupRange) -> $wit::KeyGroupRange {
+            $wit::KeyGroupRange {
+                start: r.start,
+                end: r.end,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_config(c: $wit::WriterConfig) -> $crate::types::WriterConfig {
+            $crate::types::WriterConfig {
+                name: c.name,
+                key_group_range: from_wit_range(c.key_group_range),
+                preemptive_persist_threshold: c.preemptive_persist_threshold,
+                local_recovery: c.local_recovery,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_config(c: $crate::types::WriterConfig) -> $wit::WriterConfig {
+            $wit::WriterConfig {
+                name: c.name,
+                key_group_range: to_wit_range(c.key_group_range),
+                preemptive_persist_threshold: c.preemptive_persist_threshold,
+                local_recovery: c.local_recovery,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_result(r: $wit::UploadResult) -> $crate::types::UploadResult {
+            $crate::types::UploadResult {
+                sequence_number: r.sequence_number,
+                remote: from_wit_stream(r.remote),
+                offset: r.offset,
+                local: r.local.map(|l| $crate::types::LocalCopy {
+                    handle: from_wit_stream(l.handle),
+                    offset: l.offset,
+                }),
+                size: r.size,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_result(r: $crate::types::UploadResult) -> $wit::UploadResult {
+            $wit::UploadResult {
+                sequence_number: r.sequence_number,
+                remote: to_wit_stream(r.remote),
+                offset: r.offset,
+                local: r.local.map(|l| $wit::LocalCopy {
+                    handle: to_wit_stream(l.handle),
+                    offset: l.offset,
+                }),
+                size: r.size,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_handle(h: $wit::ChangelogHandle) -> $crate::types::ChangelogHandle {
+            $crate::types::ChangelogHandle {
+                entries: h
+                    .entries
+                    .into_iter()
+                    .map(|e| $crate::types::HandleEntry {
+                        handle: from_wit_stream(e.handle),
+                        offset: e.offset,
+                        size: e.size,
+                    })
+                    .collect(),
+                key_group_range: from_wit_range(h.key_group_range),
+                state_size: h.state_size,
+                incremental_size: h.incremental_size,
+                storage_id: h.storage_id,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_handle(h: $crate::types::ChangelogHandle) -> $wit::ChangelogHandle {
+            $wit::ChangelogHandle {
+                entries: h
+                    .entries
+                    .into_iter()
+                    .map(|e| $wit::HandleEntry {
+                        handle: to_wit_stream(e.handle),
+                        offset: e.offset,
+                        size: e.size,
+                    })
+                    .collect(),
+                key_group_range: to_wit_range(h.key_group_range),
+                state_size: h.state_size,
+                incremental_size: h.incremental_size,
+                storage_id: h.storage_id,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_snapshot(s: $wit::SnapshotResult) -> $crate::types::SnapshotResult {
+            $crate::types::SnapshotResult {
+                remote: from_wit_handle(s.remote),
+                local: s.local.map(from_wit_handle),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_snapshot(s: $crate::types::SnapshotResult) -> $wit::SnapshotResult {
+            $wit::SnapshotResult {
+                remote: to_wit_handle(s.remote),
+                local: s.local.map(to_wit_handle),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_error(e: $wit::WriterError) -> $crate::types::WriterError {
+            use $crate::types::WriterError as D;
+            use $wit::WriterError as W;
+            match e {
+                W::Closed(m) => D::Closed(m),
+                W::Truncated(m) => D::Truncated(m),
+                W::NotYetAppended(m) => D::NotYetAppended(m),
+                W::AlreadyFailed(m) => D::AlreadyFailed(m),
+                W::InvalidRange(m) => D::InvalidRange(m),
+                W::InvalidArgument(m) => D::InvalidArgument(m),
+                W::UploadFailed(m) => D::UploadFailed(m),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_error(e: $crate::types::WriterError) -> $wit::WriterError {
+            use $crate::types::WriterError as D;
+            use $wit::WriterError as W;
+            match e {
+                D::Closed(m) => W::Closed(m),
+                D::Truncated(m) => W::Truncated(m),
+                D::NotYetAppended(m) => W::NotYetAppended(m),
+                D::AlreadyFailed(m) => W::AlreadyFailed(m),
+                D::InvalidRange(m) => W::InvalidRange(m),
+                D::InvalidArgument(m) => W::InvalidArgument(m),
+                D::UploadFailed(m) => W::UploadFailed(m),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_reply(r: $wit::PersistReply) -> $crate::types::PersistReply {
+            match r {
+                $wit::PersistReply::Ready(s) => {
+                    $crate::types::PersistReply::Ready(from_wit_snapshot(s))
+                }
+                $wit::PersistReply::Pending(t) => $crate::types::PersistReply::Pending(t),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_reply(r: $crate::types::PersistReply) -> $wit::PersistReply {
+            match r {
+                $crate::types::PersistReply::Ready(s) => {
+                    $wit::PersistReply::Ready(to_wit_snapshot(s))
+                }
+                $crate::types::PersistReply::Pending(t) => $wit::PersistReply::Pending(t),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_completions(
+            list: Vec<$wit::PersistCompletion>,
+        ) -> Vec<$crate::types::PersistCompletion> {
+            list.into_iter()
+                .map(|c| $crate::types::PersistCompletion {
+                    ticket: c.ticket,
+                    outcome: c.outcome.map(from_wit_snapshot).map_err(from_wit_error),
+                })
+                .collect()
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_completions(
+            list: Vec<$crate::types::PersistCompletion>,
+        ) -> Vec<$wit::PersistCompletion> {
+            list.into_iter()
+                .map(|c| $wit::PersistCompletion {
+                    ticket: c.ticket,
+                    outcome: c.outcome.map(to_wit_snapshot).map_err(to_wit_error),
+                })
+                .collect()
+        }
+    };
+}
