@@ -1,7 +1,5 @@
-//! Exports the writer, reader and file encoder through the WIT world `guest` (the
-//! `changelog` world, the ownership rules, `ownership.rs`, and the upload policy,
-//! `policy.rs`), and implements the writer's
-//! [`Effects`] with the host's imports.
+//! Exports the writer, reader and file encoder through the WIT world `changelog`, and
+//! implements the writer's [`Effects`] with the host's imports.
 
 use std::cell::RefCell;
 
@@ -9,19 +7,14 @@ use dstl_proto::codec;
 use dstl_proto::types as domain;
 use dstl_proto::writer::{Effects, Writer};
 
-use crate::ownership;
-use crate::policy;
-
 wit_bindgen::generate!({
-    world: "guest",
+    world: "changelog",
     path: "wit",
 });
 
 use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
-use exports::dstl::changelog::ownership::Guest as OwnershipGuest;
-use exports::dstl::changelog::policy::Guest as PolicyGuest;
 use exports::dstl::changelog::reader::Guest as ReaderGuest;
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
@@ -219,18 +212,6 @@ impl FilesGuest for Component {
             logical_size,
         }
     }
-}
-
-impl OwnershipGuest for Component {
-    type TaskRefs = ownership::TaskRefsResource;
-    type LocalClaims = ownership::LocalClaimsResource;
-    type Holdings = ownership::HoldingsResource;
-}
-
-impl PolicyGuest for Component {
-    type Retry = policy::RetryResource;
-    type Batcher = policy::BatcherResource;
-    type HandOff = policy::HandOffResource;
 }
 
 export!(Component);

@@ -1,12 +1,15 @@
-// The writer component in Node: which transpiled component to run, compiling its core
+// The components in Node: which transpiled writer component to run, compiling its core
 // modules once, and instantiating it once per writer (and once per codec: see
-// `codec.mjs`).
+// `codec.mjs`); and the rules component (ownership rules and upload policy), instantiated
+// once per storage (`ownership.mjs`).
 //
 // The package ships the component already transpiled by jco and patched (`component/`,
 // made by `scripts/build-component.mjs` when the package is packed or `npm ci` is run in
 // js/), so running it needs no jco and writes nothing. Only a different component build,
 // named by `DSTL_GUEST_WASM` or the `wasm` option, is transpiled at runtime
-// (`transpile.mjs`, into the user's cache directory).
+// (`transpile.mjs`, into the user's cache directory). The rules component is always the
+// packaged one (`component-rules/`): it has no imports of dstl, and nothing a writer
+// does depends on its build.
 //
 // Everything that knows jco's output shape (import keys, export names, the patches in
 // `transpile.mjs`) lives in this module and `transpile.mjs`, so a change of the WIT or of
@@ -18,10 +21,12 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { SetupError } from './errors.mjs';
 import { wasiImports } from './wasi.mjs';
-import { NAME, PATCH_VERSION, readTranspiled, sha256, transpileToCache } from './transpile.mjs';
+import { componentKind, NAME, PATCH_VERSION, readTranspiled, RULES_NAME, sha256, transpileToCache } from './transpile.mjs';
 
 /** The transpiled component the package ships (`<package>/component/`). */
 export const PACKAGED_COMPONENT_DIR = fileURLToPath(new URL('../component', import.meta.url));
+/** The transpiled rules component the package ships (`<package>/component-rules/`). */
+export const PACKAGED_RULES_DIR = fileURLToPath(new URL('../component-rules', import.meta.url));
 const WASM_PAGE = 65536;
 
 /**
@@ -114,14 +119,15 @@ export function capMemory(bytes, maxPages) {
 }
 
 /**
- * The transpiled component, compiled once: instantiate it once per writer.
+ * A transpiled component, compiled once: the writer component is instantiated once per
+ * writer, the rules component once per storage.
  */
 export class Component {
   /**
    * @param {string} dir the transpiled output
    * @param {Function} instantiate jco's `instantiate`
    * @param {Map<string, Uint8Array>} coreModules the core modules' bytes by file name
-   * @param {string|null} wasmPath the component file it was made from; null for the
+   * @param {string|null} wasmPath the component file it was made from; null for a
    *   packaged component
    */
   constructor(dir, instantiate, coreModules, wasmPath) {
@@ -152,7 +158,10 @@ export class Component {
    *
    * @param {object} imports
    * @param {number} memoryLimit bytes
-   * @returns {{writer: {Writer: Function}, reader: {decodeChangeSet: Function, logicalBytes: Function}, files: {encodeFile: Function, layoutPlainFile: Function}, ownership: {TaskRefs: Function, LocalClaims: Function, Holdings: Function}, policy: {Retry: Function, Batcher: Function, HandOff: Function}, memory: WebAssembly.Memory|null}}
+   * @returns {{memory: WebAssembly.Memory|null}} and the exports by interface: the writer
+   *   component's `writer` ({Writer}), `reader` ({decodeChangeSet, logicalBytes}) and
+   *   `files` ({encodeFile, layoutPlainFile}); the rules component's `ownership`
+   *   ({TaskRefs, LocalClaims, Holdings}) and `policy` ({Retry, Batcher, HandOff})
    */
   instantiate(imports, memoryLimit) {
     const pages = Math.max(1, Math.floor(memoryLimit / WASM_PAGE));
@@ -164,7 +173,7 @@ export class Component {
       }
       return instance;
     });
-    return { writer: root.writer, reader: root.reader, files: root.files, ownership: root.ownership, policy: root.policy, memory: exports.memory };
+    return { ...root, memory: exports.memory };
   }
 }
 
@@ -174,23 +183,27 @@ export class Component {
  *
  * @param {string} dir a directory {@link readTranspiled} accepts
  * @param {string|null} [wasmPath] the component file it was made from, null if packaged
+ * @param {string} [name] the generated module's name (the rules component's is
+ *   `RULES_NAME`)
  * @returns {Promise<Component>}
  * @throws {SetupError} when `dir` is missing, incomplete, or made by other patches
  */
-export async function loadTranspiled(dir, wasmPath = null) {
-  const meta = readTranspiled(dir);
+export async function loadTranspiled(dir, wasmPath = null, name = NAME) {
+  const what = componentKind(name);
+  const meta = readTranspiled(dir, name);
   if (!meta) {
+    const packaged = dir === PACKAGED_COMPONENT_DIR || dir === PACKAGED_RULES_DIR;
     throw new SetupError(
-      dir === PACKAGED_COMPONENT_DIR
-        ? `the packaged writer component is missing or incomplete in ${dir}: it is generated when the ` +
-            'package is packed, or by `npm ci` (or `npm run build:component`) in a checkout of js/; ' +
-            'or point DSTL_GUEST_WASM or the wasm option at a dstl_guest.wasm'
-        : `no complete transpiled writer component in ${dir}`,
+      packaged
+        ? `the packaged ${what} is missing or incomplete in ${dir}: it is generated when the ` +
+            'package is packed, or by `npm ci` (or `npm run build:component`) in a checkout of js/' +
+            (name === NAME ? '; or point DSTL_GUEST_WASM or the wasm option at a dstl_guest.wasm' : '')
+        : `no complete transpiled ${what} in ${dir}`,
     );
   }
   if (meta.patch !== PATCH_VERSION) {
     throw new SetupError(
-      `the transpiled writer component in ${dir} carries patch version ${meta.patch}, this host needs ` +
+      `the transpiled ${what} in ${dir} carries patch version ${meta.patch}, this host needs ` +
         `${PATCH_VERSION}: regenerate it (\`npm run build:component\` in js/)`,
     );
   }
@@ -198,7 +211,7 @@ export async function loadTranspiled(dir, wasmPath = null) {
   for (const file of meta.files) {
     if (file.endsWith('.wasm')) coreModules.set(file, readFileSync(join(dir, file)));
   }
-  const { instantiate } = await import(pathToFileURL(join(dir, `${NAME}.js`)).href);
+  const { instantiate } = await import(pathToFileURL(join(dir, `${name}.js`)).href);
   return new Component(dir, instantiate, coreModules, wasmPath);
 }
 
@@ -246,6 +259,23 @@ export function loadComponent(wasm) {
   return promise;
 }
 
+let rules = null;
+
+/**
+ * Loads and compiles the packaged rules component, once per process.
+ *
+ * @returns {Promise<Component>}
+ */
+export function loadRules() {
+  if (!rules) {
+    rules = loadTranspiled(PACKAGED_RULES_DIR, null, RULES_NAME);
+    rules.catch(() => {
+      rules = null;
+    });
+  }
+  return rules;
+}
+
 /** The unversioned import keys of the `changelog` world, as jco looks them up. */
 export const IMPORT_KEYS = Object.freeze({
   uploader: 'dstl:changelog/uploader',
@@ -255,8 +285,8 @@ export const IMPORT_KEYS = Object.freeze({
 });
 
 /**
- * Imports of an instance that runs no writer (the codec's, the ownership rules'): nothing
- * of them is ever called; `schedule` refuses, naming the instance.
+ * Imports of a writer-component instance that runs no writer (the codec's): nothing of
+ * them is ever called; `schedule` refuses, naming the instance.
  *
  * @param {import('./wasi.mjs').Capture} capture
  * @param {string} role what the instance is for, for the refusal

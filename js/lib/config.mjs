@@ -1,21 +1,56 @@
-// Configuration: the same keys, defaults and value syntax as the Rust host
-// (`host/src/config.rs`): Flink's `state.changelog.dstl.dfs.*` keys, also accepted
-// without the `state.changelog.` prefix, plus dstl's own `dstl.*` keys. The S3 keys are
-// rejected: the Node host writes to local directories only.
+// Configuration: the keys, defaults, value syntax, checks and error messages are
+// dstl-proto's `settings`, through the rules component (WIT interface `settings`), as the
+// Rust host links them: Flink's `state.changelog.dstl.dfs.*` keys, also accepted without
+// the `state.changelog.` prefix, plus dstl's own `dstl.*` keys. This module keeps what is
+// the Node host's own: which keys it implements (it writes to local directories only, so
+// no S3 keys or URLs) and the effective values as fields.
+//
+// The rules component is loaded when this module is (`Config.set` is synchronous).
 
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
 
+import { loadRules } from './component.mjs';
 import { ConfigError } from './errors.mjs';
+import { Capture, wasiImports } from './wasi.mjs';
 
-const MEMORY_FORM = 'a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)';
-const DURATION_FORM = 'a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)';
+const { settings: shared } = (await loadRules()).instantiate(wasiImports(new Capture()), 16 * 2 ** 20);
 
-function splitNumber(value) {
-  const match = /^([0-9]+)(.*)$/.exec(value);
-  if (!match) return null;
-  return [BigInt(match[1]), match[2].trim().toLowerCase()];
-}
+/** The field of {@link Config} each key the Node host implements sets. */
+const FIELDS = Object.freeze({
+  'dstl.dfs.base-path': 'basePath',
+  'dstl.dfs.compression.enabled': 'compression',
+  'dstl.dfs.preemptive-persist-threshold': 'preemptivePersistThreshold',
+  'dstl.dfs.batch.persist-delay': 'persistDelayMs',
+  'dstl.dfs.batch.persist-size-threshold': 'persistSizeThreshold',
+  'dstl.dfs.upload.buffer-size': 'uploadBufferSize',
+  'dstl.dfs.upload.num-threads': 'uploadThreads',
+  'dstl.dfs.discard.num-threads': 'discardThreads',
+  'dstl.dfs.upload.max-in-flight': 'maxInFlight',
+  'dstl.dfs.upload.retry-policy': 'retryPolicy',
+  'dstl.dfs.upload.timeout': 'uploadTimeoutMs',
+  'dstl.dfs.upload.max-attempts': 'maxAttempts',
+  'dstl.dfs.upload.next-attempt-delay': 'nextAttemptDelayMs',
+  'dstl.dfs.download.local-cache.idle-timeout-ms': 'cacheIdleTimeoutMs',
+  'dstl.job-id': 'jobId',
+  'dstl.local-recovery.enabled': 'localRecovery',
+  'dstl.local-recovery.dir': 'localDir',
+  'dstl.writer.memory-limit': 'writerMemoryLimit',
+  'dstl.writer.max-writers': 'maxWriters',
+  'dstl.writer.call-timeout': 'writerCallTimeoutMs',
+});
+
+/** Every key the Node host accepts. */
+export const KEYS = Object.freeze(Object.keys(FIELDS));
+
+/** Milliseconds (fractional below one) of a duration in nanoseconds. */
+const millis = (nanos) => Number(nanos) / 1e6;
+
+/**
+ * A size as a number of bytes, or null above 2^53 (where a number loses bytes).
+ * @param {bigint} bytes
+ */
+const safeBytes = (bytes) => (bytes <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(bytes) : null);
 
 /**
  * Parses Flink's `MemorySize` syntax (units are powers of 1024).
@@ -23,13 +58,8 @@ function splitNumber(value) {
  * @returns {number|null} bytes, or null if it does not parse or exceeds 2^53
  */
 export function parseMemory(value) {
-  const split = splitNumber(value.trim());
-  if (!split) return null;
-  const [n, unit] = split;
-  const shifts = { '': 0n, b: 0n, bytes: 0n, k: 10n, kb: 10n, kib: 10n, kibibytes: 10n, m: 20n, mb: 20n, mib: 20n, mebibytes: 20n, g: 30n, gb: 30n, gib: 30n, gibibytes: 30n, t: 40n, tb: 40n, tib: 40n, tebibytes: 40n };
-  if (!(unit in shifts)) return null;
-  const bytes = n << shifts[unit];
-  return bytes <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(bytes) : null;
+  const bytes = shared.parseMemory(String(value));
+  return bytes === undefined ? null : safeBytes(bytes);
 }
 
 /**
@@ -38,50 +68,9 @@ export function parseMemory(value) {
  * @returns {number|null} milliseconds (fractional for ns/µs), or null
  */
 export function parseDuration(value) {
-  const split = splitNumber(value.trim());
-  if (!split) return null;
-  const [n, unit] = split;
-  const units = [
-    [['', 'ms', 'milli', 'millis', 'millisecond', 'milliseconds'], 1],
-    [['ns', 'nano', 'nanos', 'nanosecond', 'nanoseconds'], 1e-6],
-    [['us', 'µs', 'micro', 'micros', 'microsecond', 'microseconds'], 1e-3],
-    [['s', 'sec', 'secs', 'second', 'seconds'], 1e3],
-    [['m', 'min', 'mins', 'minute', 'minutes'], 60e3],
-    [['h', 'hour', 'hours'], 3600e3],
-    [['d', 'day', 'days'], 86400e3],
-  ];
-  for (const [names, factor] of units) {
-    if (names.includes(unit)) {
-      const ms = Number(n) * factor;
-      return Number.isFinite(ms) ? ms : null;
-    }
-  }
-  return null;
+  const nanos = shared.parseDuration(String(value));
+  return nanos === undefined ? null : millis(nanos);
 }
-
-/** Every key the Node host accepts. */
-export const KEYS = Object.freeze([
-  'dstl.dfs.base-path',
-  'dstl.dfs.compression.enabled',
-  'dstl.dfs.preemptive-persist-threshold',
-  'dstl.dfs.batch.persist-delay',
-  'dstl.dfs.batch.persist-size-threshold',
-  'dstl.dfs.upload.buffer-size',
-  'dstl.dfs.upload.num-threads',
-  'dstl.dfs.discard.num-threads',
-  'dstl.dfs.upload.max-in-flight',
-  'dstl.dfs.upload.retry-policy',
-  'dstl.dfs.upload.timeout',
-  'dstl.dfs.upload.max-attempts',
-  'dstl.dfs.upload.next-attempt-delay',
-  'dstl.dfs.download.local-cache.idle-timeout-ms',
-  'dstl.job-id',
-  'dstl.local-recovery.enabled',
-  'dstl.local-recovery.dir',
-  'dstl.writer.memory-limit',
-  'dstl.writer.max-writers',
-  'dstl.writer.call-timeout',
-]);
 
 /**
  * The effective configuration of a {@link ChangelogStorage}. Sizes are bytes (numbers),
@@ -89,27 +78,12 @@ export const KEYS = Object.freeze([
  */
 export class Config {
   constructor() {
-    this.basePath = 'dstl-data';
-    this.compression = false;
-    this.preemptivePersistThreshold = 5 * 2 ** 20;
-    this.persistDelayMs = 10;
-    this.persistSizeThreshold = 10 * 2 ** 20;
-    this.uploadBufferSize = 2 ** 20;
-    this.uploadThreads = 5;
-    this.discardThreads = 1;
-    this.maxInFlight = 100 * 2 ** 20;
-    this.retryPolicy = 'fixed';
-    this.uploadTimeoutMs = 1000;
-    this.maxAttempts = 3;
-    this.nextAttemptDelayMs = 500;
-    this.cacheIdleTimeoutMs = 600_000;
-    this.jobId = randomBytes(16).toString('hex');
-    this.localRecovery = false;
     /** @type {string|null} */
     this.localDir = null;
-    this.writerMemoryLimit = 256 * 2 ** 20;
-    this.maxWriters = 1024;
-    this.writerCallTimeoutMs = 10_000;
+    for (const setting of shared.defaults()) {
+      if (setting.key in FIELDS) this.#apply(setting.key, setting);
+    }
+    this.jobId = randomBytes(16).toString('hex');
   }
 
   /**
@@ -133,121 +107,46 @@ export class Config {
     if (typeof key !== 'string' || typeof value !== 'string') {
       throw new ConfigError(`configuration key and value must be strings (got ${typeof key} ${String(key)} = ${typeof value})`);
     }
-    const short = key.startsWith('state.changelog.') ? key.slice('state.changelog.'.length) : key;
-    value = value.trim();
-    const invalid = (expected) => new ConfigError(`invalid value \`${value}\` for \`${key}\`: expected ${expected}`);
-    const memory = () => {
-      const v = parseMemory(value);
-      if (v === null) throw invalid(MEMORY_FORM);
-      return v;
-    };
-    const duration = () => {
-      const v = parseDuration(value);
-      if (v === null) throw invalid(DURATION_FORM);
-      return v;
-    };
-    const boolean = () => {
-      const v = value.toLowerCase();
-      if (v === 'true') return true;
-      if (v === 'false') return false;
-      throw invalid('`true` or `false`');
-    };
-    const positive = () => {
-      if (!/^[0-9]+$/.test(value) || Number(value) < 1 || Number(value) > 4294967295) {
-        throw invalid('a whole number of at least 1');
-      }
-      return Number(value);
-    };
-    switch (short) {
-      case 'dstl.dfs.base-path':
-        if (value === '') throw invalid('a directory path');
-        if (value.includes('\0')) throw new ConfigError(`invalid value for \`${key}\`: base path ${JSON.stringify(value)} contains a NUL character`);
-        if (value.includes('://')) {
-          throw new ConfigError(`invalid value for \`${key}\`: the Node host writes to local directories only, not ${value}`);
-        }
-        this.basePath = value;
+    let setting;
+    try {
+      setting = shared.parse(key, value);
+    } catch (e) {
+      throw new ConfigError(typeof e === 'string' ? e : `cannot parse \`${key}\`: ${e?.message ?? e}`);
+    }
+    if (!(setting.key in FIELDS)) {
+      throw new ConfigError(`configuration key \`${key}\` is not supported by the Node host (its keys: ${KEYS.join(', ')})`);
+    }
+    this.#apply(key, setting);
+  }
+
+  /** Stores a parsed setting in its field; `key` as given, for messages. */
+  #apply(key, { key: name, value }) {
+    const invalid = (reason) => new ConfigError(`invalid value for \`${key}\`: ${reason}`);
+    let v;
+    switch (value.tag) {
+      case 'bytes':
+        v = safeBytes(value.val);
+        if (v === null) throw invalid(`${value.val} bytes exceed what the Node host counts exactly (2^53)`);
         break;
-      case 'dstl.dfs.compression.enabled':
-        this.compression = boolean();
-        break;
-      case 'dstl.dfs.preemptive-persist-threshold':
-        this.preemptivePersistThreshold = memory();
-        break;
-      case 'dstl.dfs.batch.persist-delay':
-        this.persistDelayMs = duration();
-        break;
-      case 'dstl.dfs.batch.persist-size-threshold':
-        this.persistSizeThreshold = memory();
-        break;
-      case 'dstl.dfs.upload.buffer-size':
-        this.uploadBufferSize = memory();
-        if (this.uploadBufferSize === 0 || this.uploadBufferSize > 2147483647) {
-          throw invalid('a size from 1 byte to 2147483647 bytes');
-        }
-        break;
-      case 'dstl.dfs.upload.num-threads':
-        this.uploadThreads = positive();
-        break;
-      case 'dstl.dfs.discard.num-threads':
-        this.discardThreads = positive();
-        break;
-      case 'dstl.dfs.upload.max-in-flight':
-        this.maxInFlight = memory();
-        break;
-      case 'dstl.dfs.upload.retry-policy':
-        if (value !== 'fixed' && value !== 'none') throw invalid('`fixed` or `none`');
-        this.retryPolicy = value;
-        break;
-      case 'dstl.dfs.upload.timeout':
-        this.uploadTimeoutMs = duration();
-        break;
-      case 'dstl.dfs.upload.max-attempts':
-        this.maxAttempts = positive();
-        break;
-      case 'dstl.dfs.upload.next-attempt-delay':
-        this.nextAttemptDelayMs = duration();
-        break;
-      case 'dstl.dfs.download.local-cache.idle-timeout-ms':
-        this.cacheIdleTimeoutMs = duration();
-        break;
-      case 'dstl.job-id':
-        if (!/^[0-9a-f]{32}$/.test(value)) throw invalid('32 lowercase hexadecimal characters');
-        this.jobId = value;
-        break;
-      case 'dstl.local-recovery.enabled':
-        this.localRecovery = boolean();
-        break;
-      case 'dstl.local-recovery.dir':
-        if (value === '') throw invalid('a non-empty directory path');
-        this.localDir = value;
-        break;
-      case 'dstl.writer.memory-limit':
-        this.writerMemoryLimit = memory();
-        if (this.writerMemoryLimit < 2 * 2 ** 20 || this.writerMemoryLimit > 4 * 2 ** 30) {
-          throw invalid('a size from 2mb to 4gb');
-        }
-        break;
-      case 'dstl.writer.max-writers':
-        this.maxWriters = positive();
-        break;
-      case 'dstl.writer.call-timeout':
-        this.writerCallTimeoutMs = duration();
-        if (this.writerCallTimeoutMs < 1) throw invalid('a duration of at least 1 ms');
+      case 'nanos':
+        v = millis(value.val);
         break;
       default:
-        if (short.startsWith('dstl.s3.')) {
-          throw new ConfigError(`configuration key \`${key}\` is not supported by the Node host (it writes to local directories only)`);
-        }
-        throw new ConfigError(`unknown configuration key \`${key}\` (known: ${KEYS.join(', ')})`);
+        v = value.val;
     }
+    if (name === 'dstl.dfs.base-path') {
+      if (v.includes('\0')) throw invalid(`base path ${JSON.stringify(v)} contains a NUL character`);
+      if (v.includes('://')) throw invalid(`the Node host writes to local directories only, not ${v}`);
+    }
+    this[FIELDS[name]] = v;
   }
 
   /** Checks relations between keys (Flink's scheduler constructor check). */
   validate() {
-    if (this.persistSizeThreshold > this.maxInFlight) {
-      throw new ConfigError(
-        `invalid value \`${this.persistSizeThreshold}\` for \`dstl.dfs.batch.persist-size-threshold\`: expected a size not above dstl.dfs.upload.max-in-flight`,
-      );
+    try {
+      shared.checkBatchSize(BigInt(this.persistSizeThreshold), BigInt(this.maxInFlight));
+    } catch (e) {
+      throw new ConfigError(typeof e === 'string' ? e : String(e?.message ?? e));
     }
   }
 

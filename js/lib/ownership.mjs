@@ -1,15 +1,14 @@
 // File ownership (ARCHITECTURE.md, "File ownership"): the rules are dstl-proto's
-// `ownership`, exported by the component (WIT interface `ownership`); this module only
-// keeps them in a component instance of their own and deletes the files they hand back.
-// The same instance serves the upload policy (WIT `policy`) to the scheduler and writers.
-// The Rust host links the same rules natively (`host/src/registry/`).
+// `ownership`, exported by the rules component (WIT world `rules`, interface
+// `ownership`); this module keeps them in one instance of that component per storage and
+// deletes the files they hand back. The same instance serves the upload policy (WIT
+// `policy`) to the scheduler and writers. The Rust host links the same rules natively
+// (`host/src/registry/`).
 //
-// The instance never runs a writer, so its imports are never called; a writer's imports
-// call it while that writer's guest is running, which is no re-entry since it is another
-// instance.
+// A writer's imports call this instance while that writer's guest is running, which is no
+// re-entry: it is an instance of another component.
 
-import { idleImports } from './component.mjs';
-import { Capture } from './wasi.mjs';
+import { Capture, wasiImports } from './wasi.mjs';
 
 /** Ownership records grow with the files tracked: bounded only by wasm32. */
 const MEMORY_LIMIT = 4 * 2 ** 30;
@@ -75,12 +74,12 @@ export class Discarder {
  */
 export class Ownership {
   /**
-   * @param {import('./component.mjs').Component} component
+   * @param {import('./component.mjs').Component} rules the rules component (`loadRules`)
    * @param {Discarder} discarder
    * @param {(level: string, message: string) => void} log
    */
-  constructor(component, discarder, log) {
-    this.root = component.instantiate(idleImports(new Capture(), 'ownership'), MEMORY_LIMIT);
+  constructor(rules, discarder, log) {
+    this.root = rules.instantiate(wasiImports(new Capture()), MEMORY_LIMIT);
     /** The upload policy (WIT `policy`), whose machines live in the same instance. */
     this.policy = this.root.policy;
     this.refs = new this.root.ownership.TaskRefs();

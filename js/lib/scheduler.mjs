@@ -25,8 +25,8 @@ import { CodecPool } from './codec-pool.mjs';
 const now = () => BigInt(Math.floor(performance.now()));
 
 /**
- * Calls `onTimeout` when a machine's timer (`pollTimeout()`, milliseconds) comes; a
- * timer that fires early (milliseconds are whole) is armed again by the caller's step.
+ * Calls `onTimeout` when a machine's timer (milliseconds) comes; a timer that fires
+ * early (milliseconds are whole) is armed again by the caller's next step.
  */
 function arm(timer, at, onTimeout) {
   clearTimeout(timer);
@@ -78,24 +78,26 @@ export class Throttle {
 /** At most `n` attempts at once, first come first served. */
 class Pool {
   constructor(n) {
+    /** Slots in all. */
+    this.threads = n;
     this.free = n;
     this.queue = [];
   }
-  /** Runs `job` (async) once a slot is free. */
+  /** Runs `job(waited)` (async) once a slot is free; `waited`: whether it had to queue. */
   run(job) {
     return new Promise((resolve, reject) => {
-      const go = () => {
+      const go = (waited) => {
         this.free--;
-        Promise.resolve()
+        Promise.resolve(waited)
           .then(job)
           .then(resolve, reject)
           .finally(() => {
             this.free++;
             const next = this.queue.shift();
-            if (next) next();
+            if (next) next(true);
           });
       };
-      if (this.free > 0) go();
+      if (this.free > 0) go(false);
       else this.queue.push(go);
     });
   }
@@ -103,42 +105,44 @@ class Pool {
 
 /**
  * Runs `attempt(n)` as a `retry` machine of the component (`policy.Retry`) decides until
- * it decides. Results that lose go to `discard`, also after this settles; `onFinished`
- * runs once no attempt runs any more.
+ * it decides, from its step `first` on. Each event is one call that returns the
+ * machine's next step (attempts to start, the decision, the timer). Results that lose go
+ * to `discard`, also after this settles; `onFinished` runs once no attempt runs any more
+ * (the machine is no longer used: it may be restarted).
  * @returns {Promise<any>} the winning result; rejects with the failure's message (string)
  */
-export function execute(retry, pool, attempt, discard, onFinished = () => {}) {
+export function execute(retry, first, pool, attempt, discard, onFinished = () => {}) {
   return new Promise((resolve, reject) => {
     let settled = false;
     let finished = false;
     let running = 0;
     let timer = null;
-    const step = () => {
-      for (let n = retry.pollStart(); n !== undefined; n = retry.pollStart()) spawn(n);
-      const outcome = retry.outcome();
-      if (outcome && !settled) {
-        settled = true;
-        if (outcome.tag === 'failed') reject(outcome.val);
-      }
-      timer = settled ? arm(timer, undefined) : arm(timer, retry.pollTimeout(), () => {
-        retry.handleTimeout(now());
-        step();
-      });
+    const finishIfIdle = () => {
       if (settled && running === 0 && !finished) {
         finished = true;
         onFinished();
       }
     };
+    const apply = (step) => {
+      for (const n of step.start) spawn(n);
+      if (step.outcome && !settled) {
+        settled = true;
+        if (step.outcome.tag === 'failed') reject(step.outcome.val);
+      }
+      timer = settled ? arm(timer, undefined) : arm(timer, step.timeout, () => apply(retry.handleTimeout(now())));
+      finishIfIdle();
+    };
     const spawn = (n) => {
       running++;
+      // An attempt that waited for a slot asks whether it may still run (its deadline or
+      // the decision may have passed meanwhile); one that did not wait starts as named.
       pool
-        .run(() => (retry.mayStart(n) ? attempt(n) : Promise.reject(fatal(`attempt ${n} timed out before it started`))))
+        .run((waited) => (!waited || retry.mayStart(n) ? attempt(n) : Promise.reject(fatal(`attempt ${n} timed out before it started`))))
         .then(
           (result) => {
             running--;
-            retry.attemptFinished(n, 'succeeded', '', now());
-            const outcome = retry.outcome();
-            if (!settled && outcome?.tag === 'succeeded' && outcome.val === n) resolve(result);
+            const step = retry.attemptFinished(n, 'succeeded', '', now());
+            if (!settled && step.outcome?.tag === 'succeeded' && step.outcome.val === n) resolve(result);
             else {
               // Decided before: this one lost; its files go before the batch counts as finished.
               running++;
@@ -147,19 +151,18 @@ export function execute(retry, pool, attempt, discard, onFinished = () => {}) {
                 .catch(() => {})
                 .finally(() => {
                   running--;
-                  step();
+                  finishIfIdle();
                 });
             }
-            step();
+            apply(step);
           },
           (error) => {
             running--;
-            retry.attemptFinished(n, error?.fatal === true ? 'fatal' : 'retryable', String(error?.message ?? error), now());
-            step();
+            apply(retry.attemptFinished(n, error?.fatal === true ? 'fatal' : 'retryable', String(error?.message ?? error), now()));
           },
         );
     };
-    step();
+    apply(first);
   });
 }
 
@@ -330,14 +333,13 @@ export class Scheduler {
     // The machines count whole milliseconds: a fraction (`500us`) rounds up, so a
     // duration that is not zero stays so.
     const ms = (duration) => BigInt(Math.ceil(duration));
-    this.retryPolicy =
-      config.retryPolicy === 'none'
-        ? { maxAttempts: 1, timeoutMs: undefined, delayMs: 0n }
-        : {
-            maxAttempts: config.maxAttempts,
-            timeoutMs: config.uploadTimeoutMs > 0 ? ms(config.uploadTimeoutMs) : undefined,
-            delayMs: ms(config.nextAttemptDelayMs),
-          };
+    // As the settings give it: the component makes `none` one attempt, no timeout.
+    this.retryPolicy = {
+      kind: config.retryPolicy,
+      maxAttempts: config.maxAttempts,
+      timeoutMs: ms(config.uploadTimeoutMs),
+      delayMs: ms(config.nextAttemptDelayMs),
+    };
     this.batcher = new policy.Batcher(ms(config.persistDelayMs), BigInt(config.persistSizeThreshold));
     this.pool = new Pool(config.uploadThreads);
     this.throttle = new Throttle(config.maxInFlight);
@@ -346,9 +348,14 @@ export class Scheduler {
     this.outstanding = outstanding;
     this.metrics = metrics;
     this.log = log;
-    /** Tasks in the batcher, by the number it knows them by. */
+    /**
+     * Retry machines no upload uses, restarted for the next (one call instead of making
+     * and dropping one per upload); at most one per upload thread is kept.
+     */
+    this.retries = [];
+    /** Tasks in the batcher, by the number it knows them by (a u64 there, a Number key here). */
     this.queued = new Map();
-    this.nextNumber = 0n;
+    this.nextNumber = 0;
     this.timer = null;
     this.closed = false;
   }
@@ -365,31 +372,32 @@ export class Scheduler {
     this.throttle.add(size);
     const number = this.nextNumber++;
     this.queued.set(number, { writer, task, size, done: this.outstanding.start() });
-    const leaving = this.batcher.push(number, BigInt(size), now());
-    if (leaving) {
-      const batch = this.#take(leaving);
-      setImmediate(() => this.#start(batch));
-    }
-    this.#arm();
+    this.#apply(this.batcher.push(BigInt(number), BigInt(size), now()), true);
     return null;
   }
 
-  /** Arms the timer for the batcher's deadline. */
-  #arm() {
-    this.timer = arm(this.timer, this.batcher.pollTimeout(), () => {
-      const batch = this.batcher.handleTimeout(now());
-      if (batch) this.#start(this.#take(batch));
-      this.#arm();
-    });
+  /**
+   * Acts on a step of the batcher: starts the batch that leaves (after the caller's
+   * call returns, if `deferred`) and arms the timer for its deadline.
+   */
+  #apply({ leaving, timeout }, deferred) {
+    if (leaving) {
+      const batch = this.#take(leaving);
+      if (deferred) setImmediate(() => this.#start(batch));
+      else this.#start(batch);
+    }
+    this.timer = arm(this.timer, timeout, () => this.#apply(this.batcher.handleTimeout(now()), false));
   }
 
   /** The queued tasks of a batch's numbers. */
   #take(numbers) {
-    return Array.from(numbers, (number) => {
-      const queued = this.queued.get(number);
-      this.queued.delete(number);
-      return queued;
-    });
+    const batch = [];
+    for (const number of numbers) {
+      const key = Number(number);
+      batch.push(this.queued.get(key));
+      this.queued.delete(key);
+    }
+    return batch;
   }
 
   #start(batch) {
@@ -399,14 +407,17 @@ export class Scheduler {
     const lateJobs = this.outstanding.start();
     // Encoded by the first attempt, once; retries and speculative attempts reuse it.
     let encoded = null;
-    const retry = new this.policy.Retry(this.retryPolicy, now());
+    let retry = this.retries.pop();
+    const first = retry ? retry.restart(now()) : (retry = new this.policy.Retry(this.retryPolicy, now())).poll();
     execute(
       retry,
+      first,
       this.pool,
       () => this.uploader.upload(tasks, (encoded ??= this.uploader.encode(tasks))),
       (file) => this.uploader.discard(file),
       () => {
-        retry[Symbol.dispose]?.();
+        if (!this.closed && this.retries.length < this.pool.threads) this.retries.push(retry);
+        else retry[Symbol.dispose]?.();
         lateJobs();
       },
     ).then(
@@ -446,6 +457,7 @@ export class Scheduler {
   close() {
     this.closed = true;
     this.timer = arm(this.timer, undefined);
+    for (const retry of this.retries.splice(0)) retry[Symbol.dispose]?.();
     const batch = this.#take(this.batcher.take());
     this.throttle.close();
     for (const queued of batch) {

@@ -3,7 +3,7 @@
 
 import { ComponentCodec } from './codec.mjs';
 import { Config } from './config.mjs';
-import { loadComponent } from './component.mjs';
+import { loadComponent, loadRules } from './component.mjs';
 import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
 import { readHandle } from './reader.mjs';
 import { Discarder, Outstanding, Ownership } from './ownership.mjs';
@@ -32,7 +32,7 @@ export function defaultLogger(level, writer, message) {
  */
 export class ChangelogStorage {
   /** @internal */
-  constructor(config, component, stores, logger) {
+  constructor(config, component, rules, stores, logger) {
     /** The effective configuration. @type {Config} */
     this.config = config;
     /** The compiled writer component. */
@@ -43,8 +43,8 @@ export class ChangelogStorage {
     this.metricsCounters = new Metrics();
     const log = (level, message) => this._log(level, null, message);
     const discarder = new Discarder(stores, this.outstanding, log);
-    /** Who owns which file: the rules in a component instance of their own. */
-    this.ownership = new Ownership(component, discarder, log);
+    /** Who owns which file: the rules component's instance. */
+    this.ownership = new Ownership(rules, discarder, log);
     /** @type {Set<Writer>} */
     this.writers = new Set();
     /**
@@ -60,7 +60,7 @@ export class ChangelogStorage {
 
   /**
    * Opens a storage: creates `<base>/<job-id>/dstl/` (and the local-copy directory with
-   * local recovery on), and loads the writer component.
+   * local recovery on), and loads the writer and rules components.
    * @param {Config|Record<string, string|number|boolean>} [config] a Config or `{key: value}` settings
    * @param {object} [options]
    * @param {import('./store.mjs').Store} [options.store] where uploads go instead of the job directory
@@ -91,11 +91,12 @@ export class ChangelogStorage {
       }
     }
     let component;
+    let rules;
     try {
-      component = await loadComponent(options.wasm);
+      [component, rules] = await Promise.all([loadComponent(options.wasm), loadRules()]);
     } catch (e) {
       if (e instanceof SetupError) throw e;
-      throw new SetupError(`cannot load the writer component: ${e.message}`);
+      throw new SetupError(`cannot load the components: ${e.message}`);
     }
     const logger = options.logger ?? defaultLogger;
     let lease;
@@ -104,7 +105,7 @@ export class ChangelogStorage {
     } catch (e) {
       throw new SetupError(`cannot take the job's lease under ${config.basePath}: ${e.message}`);
     }
-    const storage = new ChangelogStorage(config, component, { remote, local }, logger);
+    const storage = new ChangelogStorage(config, component, rules, { remote, local }, logger);
     // Tells `dstl gc` the job is live (see lease.mjs); released at close.
     storage.lease = lease;
     return storage;

@@ -1,8 +1,10 @@
-// Turning a `dstl_guest.wasm` component into JS with jco, patched for speed on Node 20.
+// Turning a component into JS with jco, patched for speed on Node 20: the writer
+// component (`dstl_guest.wasm`) or the rules component (`dstl_rules.wasm`).
 //
 // Two callers: `scripts/build-component.mjs`, which does it once when the package is
-// packed (or `npm ci` is run in js/) and ships the result in `component/`, so an
-// installed package needs no jco; and `component.mjs`, when the host is pointed at
+// packed (or `npm ci` is run in js/) and ships the results in `component/` and
+// `component-rules/`, so an installed package needs no jco; and `component.mjs`, when the
+// host is pointed at
 // another component build (`DSTL_GUEST_WASM` or the `wasm` option) at runtime: then jco
 // must be installed, and the output goes to the user's cache directory (`cache-dir.mjs`),
 // never into the package.
@@ -28,8 +30,15 @@ export const META_FILE = 'component.json';
 export const JCO_VERSION = '1.35.0';
 const JCO = '@bytecodealliance/jco';
 const HERE = dirname(fileURLToPath(import.meta.url));
-/** The generated module's name: `<NAME>.js` and `<NAME>.core*.wasm`. */
+/** The writer component's generated module: `<NAME>.js` and `<NAME>.core*.wasm`. */
 export const NAME = 'dstl_guest';
+/** The rules component's generated module. */
+export const RULES_NAME = 'dstl_rules';
+
+/** What the component of generated module `name` is, for messages. */
+export function componentKind(name) {
+  return name === RULES_NAME ? 'rules component' : 'writer component';
+}
 
 /**
  * @typedef {object} TranspiledMeta
@@ -49,16 +58,17 @@ export function sha256(bytes) {
  * parsed, or lacks one of the files it lists (an interrupted or foreign directory).
  *
  * @param {string} dir
+ * @param {string} [name] the generated module's name ({@link NAME} or {@link RULES_NAME})
  * @returns {TranspiledMeta|null}
  */
-export function readTranspiled(dir) {
+export function readTranspiled(dir, name = NAME) {
   let meta;
   try {
     meta = JSON.parse(readFileSync(join(dir, META_FILE), 'utf8'));
   } catch {
     return null;
   }
-  if (typeof meta?.sha256 !== 'string' || !Array.isArray(meta.files) || !meta.files.includes(`${NAME}.js`)) return null;
+  if (typeof meta?.sha256 !== 'string' || !Array.isArray(meta.files) || !meta.files.includes(`${name}.js`)) return null;
   if (!meta.files.every((file) => existsSync(join(dir, file)))) return null;
   return meta;
 }
@@ -148,16 +158,18 @@ export function patchGenerated(code) {
  * @param {{transpile: Function, version: string}} jco from {@link loadJco}
  * @param {Uint8Array} bytes the component
  * @param {string} out
- * @param {{replace?: boolean}} [options]
+ * @param {{replace?: boolean, name?: string}} [options] `name`: the generated module's
+ *   ({@link NAME}, the default, or {@link RULES_NAME})
  * @returns {Promise<TranspiledMeta>}
  * @throws {SetupError} when jco rejects the component, its output changed shape, or `out`
  *   cannot be written
  */
-export async function transpileInto(jco, bytes, out, { replace = false } = {}) {
+export async function transpileInto(jco, bytes, out, { replace = false, name = NAME } = {}) {
+  const what = componentKind(name);
   let files;
   try {
     ({ files } = await jco.transpile(bytes, {
-      name: NAME,
+      name,
       instantiation: 'sync',
       noTypescript: true,
       emitTypescriptDeclarations: false,
@@ -165,17 +177,17 @@ export async function transpileInto(jco, bytes, out, { replace = false } = {}) {
       base64Cutoff: 0,
     }));
   } catch (e) {
-    throw new SetupError(`jco ${jco.version} cannot transpile the writer component: ${e?.message ?? e}`);
+    throw new SetupError(`jco ${jco.version} cannot transpile the ${what}: ${e?.message ?? e}`);
   }
   /** @type {TranspiledMeta} */
   const meta = { sha256: sha256(bytes), jco: jco.version, patch: PATCH_VERSION, files: Object.keys(files).sort() };
   const staging = `${out}.${process.pid}.tmp`;
   try {
     rmSync(staging, { recursive: true, force: true });
-    for (const [name, content] of Object.entries(files)) {
-      const target = join(staging, name);
+    for (const [file, content] of Object.entries(files)) {
+      const target = join(staging, file);
       mkdirSync(dirname(target), { recursive: true });
-      writeFileSync(target, name === `${NAME}.js` ? patchGenerated(Buffer.from(content).toString('utf8')) : content);
+      writeFileSync(target, file === `${name}.js` ? patchGenerated(Buffer.from(content).toString('utf8')) : content);
     }
     writeFileSync(join(staging, META_FILE), `${JSON.stringify(meta, null, 2)}\n`);
     if (replace && existsSync(out)) {
@@ -188,14 +200,14 @@ export async function transpileInto(jco, bytes, out, { replace = false } = {}) {
         renameSync(staging, out);
       } catch (e) {
         // Another process finished the same transpile first: keep its complete result.
-        if (!readTranspiled(out)) throw e;
+        if (!readTranspiled(out, name)) throw e;
         rmSync(staging, { recursive: true, force: true });
       }
     }
   } catch (e) {
     rmSync(staging, { recursive: true, force: true });
     if (e instanceof SetupError) throw e;
-    throw new SetupError(`cannot write the transpiled writer component to ${out}: ${e.message}`);
+    throw new SetupError(`cannot write the transpiled ${what} to ${out}: ${e.message}`);
   }
   return meta;
 }

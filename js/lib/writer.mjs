@@ -25,6 +25,9 @@ const S64_MIN = -(1n << 63n);
 const S64_MAX = (1n << 63n) - 1n;
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
 const noop = () => {};
+/** Hand-off inputs held back (see `Writer#held`): a new sequence number, a persist answered without an error. */
+const ROLLED_OVER = Symbol('rolled over');
+const PERSISTED = Symbol('persisted');
 
 /** A u64 argument as a BigInt; numbers must be safe integers. */
 function u64(value, what) {
@@ -124,14 +127,17 @@ export class Writer {
   #closed = false;
   /** The component's `hand-off` rule for this writer, and its budget. */
   #handOff;
-  /** Its budget, or null until asked for after the answer below. */
+  /** Its budget, or null until asked for after the input held back below. */
   #budget;
   /**
-   * The writer's last `append-batch` answer (open bytes) not yet given to `#handOff`: a
-   * later answer replaces it (`HandOff::handed_over`), so it is given only when the budget
-   * is needed or another input comes, sparing `appendBatch` a call.
+   * The latest input for `#handOff` not yet given to it: an `append-batch` answer (open
+   * bytes, a bigint), {@link ROLLED_OVER} or {@link PERSISTED} (a persist answered
+   * without an error, which the rule counts as a rollover); null if none. Each of these
+   * replaces everything earlier inputs said (WIT `hand-off`), so only the latest is
+   * given, when a budget is next needed or before another input: `appendBatch`,
+   * `nextSequenceNumber` and `persist` make no call for it.
    */
-  #answer = null;
+  #held = null;
   #mailbox = [];
   #busy = false;
   #fault = null;
@@ -295,25 +301,35 @@ export class Writer {
   /** An append-batch call; its answer goes to the hand-off rule. */
   #appendBatchCall(live, keyGroups, lengths, data) {
     try {
-      this.#answer = live.resource.appendBatch(keyGroups, lengths, data);
-      this.#budget = null;
+      this.#hold(live.resource.appendBatch(keyGroups, lengths, data));
     } catch (e) {
-      if (isWriterErrorPayload(e)) this.#budget = budget(this.#answered().handedOver({ tag: 'err', val: e }));
+      if (isWriterErrorPayload(e)) {
+        this.#give();
+        this.#budget = budget(this.#handOff.handedOver({ tag: 'err', val: e }));
+      }
       throw e;
     }
   }
 
-  /** The hand-off rule, told the writer's last answer if it was not yet. */
-  #answered() {
-    if (this.#answer !== null) {
-      this.#handOff.handedOver({ tag: 'ok', val: this.#answer });
-      this.#answer = null;
-    }
-    return this.#handOff;
+  /** Holds `input` back for the hand-off rule (see `#held`). */
+  #hold(input) {
+    this.#held = input;
+    this.#budget = null;
   }
 
+  /** Gives the hand-off rule the input held back; returns its answer, or null if none. */
+  #give() {
+    const held = this.#held;
+    if (held === null) return null;
+    this.#held = null;
+    if (held === ROLLED_OVER) return this.#handOff.rolledOver();
+    if (held === PERSISTED) return this.#handOff.persisted(undefined);
+    return this.#handOff.handedOver({ tag: 'ok', val: held });
+  }
+
+  /** The budget: one call, if any, whether an input was held back or not. */
   #currentBudget() {
-    this.#budget ??= budget(this.#answered().budget());
+    this.#budget ??= budget(this.#give() ?? this.#handOff.budget());
     return this.#budget;
   }
 
@@ -328,7 +344,7 @@ export class Writer {
    */
   nextSequenceNumber() {
     return this.#callWith((live) => {
-      this.#budget = budget(this.#answered().rolledOver());
+      this.#hold(ROLLED_OVER);
       return live.resource.nextSequenceNumber();
     });
   }
@@ -350,9 +366,12 @@ export class Writer {
       let reply;
       try {
         reply = live.resource.persist(start, cp);
-        this.#budget = budget(this.#answered().persisted(undefined));
+        this.#hold(PERSISTED);
       } catch (e) {
-        if (isWriterErrorPayload(e)) this.#budget = budget(this.#answered().persisted(e));
+        if (isWriterErrorPayload(e)) {
+          this.#give();
+          this.#budget = budget(this.#handOff.persisted(e));
+        }
         throw e;
       }
       let promise;

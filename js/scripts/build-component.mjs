@@ -1,47 +1,54 @@
 #!/usr/bin/env node
-// Generates `component/`: the writer component transpiled by jco and patched
-// (`lib/transpile.mjs`), which the package ships so that an installed package runs it
-// without jco and without writing anything. Run by npm's `prepare` (on `npm ci` / `npm
+// Generates `component/` and `component-rules/`: the writer and rules components
+// transpiled by jco and patched (`lib/transpile.mjs`), which the package ships so that an
+// installed package runs them without jco and without writing anything. Run by npm's `prepare` (on `npm ci` / `npm
 // install` in js/, and before `npm pack` / `npm publish`), or by hand:
 //
 //   node scripts/build-component.mjs [--wasm PATH] [--force]
 //
-// The source is the component committed at `host/component/dstl_guest.wasm` unless
-// `--wasm` names another. An up-to-date `component/` (same component bytes, jco version
-// and patches) is left as it is, so packing while tests use it changes nothing.
+// The sources are the components committed at `host/component/dstl_guest.wasm` (unless
+// `--wasm` names another writer component) and `rules/component/dstl_rules.wasm`. An
+// up-to-date directory (same component bytes, jco version and patches) is left as it is,
+// so packing while tests use it changes nothing.
 
 import { readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
 import { DstlError, SetupError } from '../lib/errors.mjs';
-import { PACKAGED_COMPONENT_DIR } from '../lib/component.mjs';
-import { loadJco, PATCH_VERSION, readTranspiled, sha256, transpileInto } from '../lib/transpile.mjs';
-import { COMMITTED_COMPONENT } from '../support/repo.mjs';
+import { PACKAGED_COMPONENT_DIR, PACKAGED_RULES_DIR } from '../lib/component.mjs';
+import { loadJco, NAME, PATCH_VERSION, readTranspiled, RULES_NAME, sha256, transpileInto } from '../lib/transpile.mjs';
+import { COMMITTED_COMPONENT, COMMITTED_RULES } from '../support/repo.mjs';
 
 async function main() {
   const { values } = parseArgs({
     options: { wasm: { type: 'string' }, force: { type: 'boolean', default: false } },
     strict: true,
   });
-  const source = values.wasm ? resolve(values.wasm) : COMMITTED_COMPONENT;
+  const writer = values.wasm ? resolve(values.wasm) : COMMITTED_COMPONENT;
+  await build(writer, PACKAGED_COMPONENT_DIR, NAME, values.force);
+  await build(COMMITTED_RULES, PACKAGED_RULES_DIR, RULES_NAME, values.force);
+}
+
+/** Transpiles the component file `source` into `out` as module `name`, unless up to date. */
+async function build(source, out, name, force) {
   let bytes;
   try {
     bytes = readFileSync(source);
   } catch (e) {
-    throw new SetupError(`cannot read the writer component ${source}: ${e.message}`);
+    throw new SetupError(`cannot read the component ${source}: ${e.message}`);
   }
   const jco = await loadJco(source);
-  const current = readTranspiled(PACKAGED_COMPONENT_DIR);
+  const current = readTranspiled(out, name);
   const fresh = current && current.sha256 === sha256(bytes) && current.jco === jco.version && current.patch === PATCH_VERSION;
-  if (fresh && !values.force) {
-    process.stderr.write(`${PACKAGED_COMPONENT_DIR} is up to date with ${source}\n`);
+  if (fresh && !force) {
+    process.stderr.write(`${out} is up to date with ${source}\n`);
     return;
   }
-  const meta = await transpileInto(jco, bytes, PACKAGED_COMPONENT_DIR, { replace: true });
+  const meta = await transpileInto(jco, bytes, out, { replace: true, name });
   process.stderr.write(
-    `transpiled ${source} (sha256 ${meta.sha256.slice(0, 16)}…) with jco ${meta.jco} into ${PACKAGED_COMPONENT_DIR}: ` +
-      `${meta.files.map((f) => join('component', f)).join(', ')}\n`,
+    `transpiled ${source} (sha256 ${meta.sha256.slice(0, 16)}…) with jco ${meta.jco} into ${out}: ` +
+      `${meta.files.map((f) => join(basename(out), f)).join(', ')}\n`,
   );
 }
 

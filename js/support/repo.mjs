@@ -11,3 +11,5 @@ export const JS_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const REPO_ROOT = resolve(JS_DIR, '..');
 /** The canonical writer component, committed in the repository. */
 export const COMMITTED_COMPONENT = join(REPO_ROOT, 'host', 'component', 'dstl_guest.wasm');
+/** The canonical rules component, committed in the repository. */
+export const COMMITTED_RULES = join(REPO_ROOT, 'rules', 'component', 'dstl_rules.wasm');

@@ -10,11 +10,12 @@ import { join } from 'node:path';
 import { after, beforeEach, test } from 'node:test';
 
 import { ChangelogStorage, SetupError, cacheDir } from '../lib/index.mjs';
-import { loadComponent, loadTranspiled, PACKAGED_COMPONENT_DIR } from '../lib/component.mjs';
-import { loadJco, PATCH_VERSION, readTranspiled, sha256, transpileToCache } from '../lib/transpile.mjs';
+import { loadComponent, loadRules, loadTranspiled, PACKAGED_COMPONENT_DIR, PACKAGED_RULES_DIR } from '../lib/component.mjs';
+import { loadJco, PATCH_VERSION, readTranspiled, RULES_NAME, sha256, transpileToCache } from '../lib/transpile.mjs';
 import { componentVariant } from '../support/component-variant.mjs';
-import { COMMITTED_COMPONENT, JS_DIR } from '../support/repo.mjs';
+import { COMMITTED_COMPONENT, COMMITTED_RULES, JS_DIR } from '../support/repo.mjs';
 import { treeSnapshot } from '../support/tree.mjs';
+import { Capture, wasiImports } from '../lib/wasi.mjs';
 
 const base = mkdtempSync(join(tmpdir(), 'dstl-component-'));
 const cache = join(base, 'cache');
@@ -60,6 +61,20 @@ test('the packaged component is the committed host/component/dstl_guest.wasm, tr
   assert.equal(meta.sha256, sha256(readFileSync(COMMITTED_COMPONENT)), `${PACKAGED_COMPONENT_DIR} was made from another component than ${COMMITTED_COMPONENT}: ${hint}`);
   assert.equal(meta.jco, (await loadJco('the check')).version, hint);
   assert.equal(meta.patch, PATCH_VERSION, hint);
+});
+
+test('the packaged rules component is the committed rules/component/dstl_rules.wasm, transpiled with the installed jco and current patches', async () => {
+  const meta = readTranspiled(PACKAGED_RULES_DIR, RULES_NAME);
+  const hint = 'run `npm run build:component` (or `npm ci`) in js/';
+  assert.ok(meta, `no generated rules component in ${PACKAGED_RULES_DIR}: ${hint}`);
+  assert.equal(meta.sha256, sha256(readFileSync(COMMITTED_RULES)), `${PACKAGED_RULES_DIR} was made from another component than ${COMMITTED_RULES}: ${hint}`);
+  assert.equal(meta.jco, (await loadJco('the check')).version, hint);
+  assert.equal(meta.patch, PATCH_VERSION, hint);
+  // The rules component exports the rules and the policy; the writer component none of them.
+  const rules = (await loadRules()).instantiate(wasiImports(new Capture()), 1 << 24);
+  assert.equal(typeof rules.ownership?.TaskRefs, 'function');
+  assert.equal(typeof rules.policy?.Retry, 'function');
+  assert.equal(readFileSync(join(PACKAGED_COMPONENT_DIR, 'dstl_guest.js'), 'utf8').includes('TaskRefs'), false, 'the writer component exports no ownership rules');
 });
 
 test('by default the packaged component runs, with nothing transpiled or cached', async () => {
@@ -114,6 +129,8 @@ test('a directory without a complete transpiled component is a SetupError naming
   await assert.rejects(loadTranspiled(empty), (e) => e instanceof SetupError && e.message === `no complete transpiled writer component in ${empty}`);
   writeFileSync(join(empty, 'component.json'), JSON.stringify({ sha256: 'x', files: ['dstl_guest.js'] }));
   await assert.rejects(loadTranspiled(empty), (e) => e instanceof SetupError && e.message.includes(empty));
+  // The writer component's output is not the rules component's.
+  await assert.rejects(loadTranspiled(empty, null, RULES_NAME), (e) => e instanceof SetupError && e.message === `no complete transpiled rules component in ${empty}`);
 });
 
 test('the cache directory is $XDG_CACHE_HOME/dstl, else the per-user cache under the home directory', () => {

@@ -17,11 +17,14 @@ import {
   ConfigError,
   FormatError,
   InvalidArgumentError,
+  KEYS,
   LocalStore,
   TrappedError,
   WriterError,
   capMemory,
   loadComponent,
+  parseDuration,
+  parseMemory,
 } from '../lib/index.mjs';
 import { CodecPool } from '../lib/codec-pool.mjs';
 import { createDirsDurably } from '../lib/store.mjs';
@@ -226,6 +229,28 @@ describe('configuration', () => {
     assert.throws(() => Config.from({ 'dstl.writer.memory-limit': '1mb' }), /from 2mb to 4gb/);
     const config = Config.from({ 'dstl.dfs.batch.persist-size-threshold': '200mb' });
     assert.throws(() => config.validate(), /not above dstl.dfs.upload.max-in-flight/);
+    // Keys of the wasmtime host the Node host does not implement, and sizes a number cannot count.
+    assert.throws(() => Config.from({ 'dstl.dfs.local.fsync': 'false' }), /`dstl.dfs.local.fsync` is not supported by the Node host/);
+    assert.throws(() => Config.from({ 'dstl.dfs.base-path': 's3://bucket/x' }), /local directories only/);
+    assert.throws(() => Config.from({ 'dstl.dfs.upload.max-in-flight': '16384tb' }), /exceed what the Node host counts exactly/);
+  });
+
+  test('the keys, defaults and messages are the Rust host\'s (dstl-proto\'s settings, through the rules component)', () => {
+    const source = readFileSync(new URL('../../proto/src/settings.rs', import.meta.url), 'utf8');
+    // Every key the Node host implements is one of the shared keys.
+    for (const key of KEYS) assert.ok(source.includes(`"${key}"`), `${key} is a key of proto/src/settings.rs`);
+    // The defaults come from there: Flink's where Flink has the key.
+    const config = new Config();
+    assert.deepEqual(
+      [config.preemptivePersistThreshold, config.persistDelayMs, config.persistSizeThreshold, config.maxInFlight, config.uploadTimeoutMs, config.maxAttempts, config.retryPolicy],
+      [5 * 2 ** 20, 10, 10 * 2 ** 20, 100 * 2 ** 20, 1000, 3, 'fixed'],
+    );
+    assert.match(config.jobId, /^[0-9a-f]{32}$/);
+    assert.equal(config.localDir, null);
+    assert.equal(parseMemory('16 kib'), 16384);
+    assert.equal(parseDuration('500us'), 0.5, 'fractions of a millisecond stay');
+    assert.equal(parseDuration('2 min'), 120_000);
+    assert.equal(parseMemory('many'), null);
   });
 });
 

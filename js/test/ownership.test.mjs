@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 
-import { LocalStore, loadComponent } from '../lib/index.mjs';
+import { LocalStore } from '../lib/index.mjs';
+import { loadRules } from '../lib/component.mjs';
 import { Discarder, Outstanding, Ownership } from '../lib/ownership.mjs';
 
 const dir = mkdtempSync(join(tmpdir(), 'dstl-ownership-'));
@@ -21,7 +22,7 @@ async function open() {
   const outstanding = new Outstanding();
   const logged = [];
   const discarder = new Discarder({ remote, local }, outstanding, (level, message) => logged.push(`${level} ${message}`));
-  const ownership = new Ownership(await loadComponent(), discarder, (level, message) => logged.push(`${level} ${message}`));
+  const ownership = new Ownership(await loadRules(), discarder, (level, message) => logged.push(`${level} ${message}`));
   const file = (store, name) => {
     const path = join(store.dir, name);
     writeFileSync(path, 'x');

@@ -12,10 +12,10 @@ import { join, relative } from 'node:path';
 import { after, test } from 'node:test';
 import { promisify } from 'node:util';
 
-import { PACKAGED_COMPONENT_DIR } from '../lib/component.mjs';
-import { readTranspiled, sha256 } from '../lib/transpile.mjs';
+import { PACKAGED_COMPONENT_DIR, PACKAGED_RULES_DIR } from '../lib/component.mjs';
+import { readTranspiled, RULES_NAME, sha256 } from '../lib/transpile.mjs';
 import { componentVariant } from '../support/component-variant.mjs';
-import { COMMITTED_COMPONENT, JS_DIR, REPO_ROOT } from '../support/repo.mjs';
+import { COMMITTED_COMPONENT, COMMITTED_RULES, JS_DIR, REPO_ROOT } from '../support/repo.mjs';
 import { treeSnapshot } from '../support/tree.mjs';
 
 const run = promisify(execFile);
@@ -60,6 +60,11 @@ test('npm pack, npm install into a fresh project, and the README example runs th
     packaged && packaged.sha256 === sha256(readFileSync(COMMITTED_COMPONENT)),
     `${PACKAGED_COMPONENT_DIR} is missing or stale: run \`npm run build:component\` in js/ first`,
   );
+  const packagedRules = readTranspiled(PACKAGED_RULES_DIR, RULES_NAME);
+  assert.ok(
+    packagedRules && packagedRules.sha256 === sha256(readFileSync(COMMITTED_RULES)),
+    `${PACKAGED_RULES_DIR} is missing or stale: run \`npm run build:component\` in js/ first`,
+  );
 
   // Pack.
   const packDir = join(base, 'pack');
@@ -73,6 +78,7 @@ test('npm pack, npm install into a fresh project, and the README example runs th
     assert.ok(paths.includes(required), `the tarball has ${required}`);
   }
   for (const file of packaged.files) assert.ok(paths.includes(`component/${file}`), `the tarball has component/${file}`);
+  for (const file of packagedRules.files) assert.ok(paths.includes(`component-rules/${file}`), `the tarball has component-rules/${file}`);
   const unwanted = paths.filter((p) => /^(test|support|scripts|node_modules)\/|fixtures|\.test\.mjs$|^bench\.mjs$|\.tgz$/.test(p));
   assert.deepEqual(unwanted, [], 'no tests, fixtures, bench or build scripts in the tarball');
   assert.ok(size < 1 << 20, `the tarball is ${size} bytes`);
@@ -89,6 +95,7 @@ test('npm pack, npm install into a fresh project, and the README example runs th
   assert.ok(existsSync(join(app, 'node_modules', '@bytecodealliance', 'preview2-shim')), 'preview2-shim is installed');
   assert.ok(!existsSync(join(app, 'node_modules', '@bytecodealliance', 'jco')), 'jco (a devDependency) is not installed');
   assert.equal(readTranspiled(join(installed, 'component')).sha256, packaged.sha256, 'the installed component is the packaged one');
+  assert.equal(readTranspiled(join(installed, 'component-rules'), RULES_NAME).sha256, packagedRules.sha256, 'the installed rules component is the packaged one');
   const before = treeSnapshot(installed);
 
   // Run the README's example and the CLI with node alone on PATH.

@@ -20,40 +20,40 @@ async function open(settings = {}) {
   return ChangelogStorage.open({ 'dstl.dfs.base-path': join(dir, String(count++)), ...settings });
 }
 
-/** Drains the attempts a retry machine says to start. */
-function starts(retry) {
-  const started = [];
-  for (let n = retry.pollStart(); n !== undefined; n = retry.pollStart()) started.push(n);
-  return started;
+/** A retry step with its attempts as a plain array (jco gives a `Uint32Array`). */
+function step({ start, outcome, timeout }) {
+  return { start: [...start], outcome, timeout };
 }
 
 test('a retry machine starts a speculative attempt at the timeout and words the failure as the Rust host', async () => {
   const storage = await open();
   try {
     const { Retry } = storage.ownership.policy;
-    const retry = new Retry({ maxAttempts: 2, timeoutMs: 1000n, delayMs: 500n }, 0n);
-    assert.deepEqual(starts(retry), [1]);
-    assert.equal(retry.pollTimeout(), 1000n);
-    retry.handleTimeout(999n);
-    assert.deepEqual(starts(retry), [], 'not before the deadline');
-    retry.handleTimeout(1000n);
-    assert.deepEqual(starts(retry), [2], 'attempt 2 beside the hung attempt 1');
+    const retry = new Retry({ kind: 'fixed', maxAttempts: 2, timeoutMs: 1000n, delayMs: 500n }, 0n);
+    assert.deepEqual(step(retry.poll()), { start: [1], outcome: undefined, timeout: 1000n });
+    assert.deepEqual(step(retry.poll()).start, [], 'an attempt to start is named once');
+    assert.deepEqual(step(retry.handleTimeout(999n)), { start: [], outcome: undefined, timeout: 1000n }, 'not before the deadline');
+    assert.deepEqual(step(retry.handleTimeout(1000n)).start, [2], 'attempt 2 beside the hung attempt 1');
     assert.equal(retry.mayStart(1), false);
     assert.equal(retry.mayStart(2), true);
-    retry.handleTimeout(2000n);
-    assert.deepEqual(retry.outcome(), { tag: 'failed', val: 'upload failed after 2 attempts; last: attempt 2 timed out after 1000 ms' });
+    const failed = { tag: 'failed', val: 'upload failed after 2 attempts; last: attempt 2 timed out after 1000 ms' };
+    assert.deepEqual(step(retry.handleTimeout(2000n)), { start: [], outcome: failed, timeout: undefined });
     // A result after the decision loses.
-    retry.attemptFinished(1, 'succeeded', '', 2500n);
-    assert.equal(retry.outcome().tag, 'failed');
+    assert.deepEqual(retry.attemptFinished(1, 'succeeded', '', 2500n).outcome, failed);
 
-    const io = new Retry({ maxAttempts: 3, timeoutMs: undefined, delayMs: 500n }, 0n);
-    starts(io);
-    io.attemptFinished(1, 'retryable', 'could not write x: disk full', 10n);
-    assert.equal(io.pollTimeout(), 510n, 'the delay after a failure');
-    io.handleTimeout(510n);
-    assert.deepEqual(starts(io), [2]);
-    io.attemptFinished(2, 'fatal', 'the codec failed', 600n);
-    assert.deepEqual(io.outcome(), { tag: 'failed', val: 'upload failed after 2 attempts; last: attempt 2: the codec failed' });
+    const io = new Retry({ kind: 'fixed', maxAttempts: 3, timeoutMs: 0n, delayMs: 500n }, 0n);
+    assert.deepEqual(step(io.poll()).start, [1]);
+    assert.deepEqual(step(io.attemptFinished(1, 'retryable', 'could not write x: disk full', 10n)), { start: [], outcome: undefined, timeout: 510n }, 'the delay after a failure');
+    assert.deepEqual(step(io.handleTimeout(510n)).start, [2]);
+    assert.deepEqual(io.attemptFinished(2, 'fatal', 'the codec failed', 600n).outcome, { tag: 'failed', val: 'upload failed after 2 attempts; last: attempt 2: the codec failed' });
+    // Flink's `none`: one attempt, no timer, whatever the other settings say.
+    const none = new Retry({ kind: 'none', maxAttempts: 3, timeoutMs: 1000n, delayMs: 500n }, 0n);
+    assert.deepEqual(step(none.poll()), { start: [1], outcome: undefined, timeout: undefined });
+    assert.deepEqual(none.attemptFinished(1, 'retryable', 'disk full', 10n).outcome, { tag: 'failed', val: 'upload failed after 1 attempts; last: attempt 1: disk full' });
+
+    // Restarted for another upload: its first step, nothing of the last one.
+    assert.deepEqual(step(io.restart(700n)), { start: [1], outcome: undefined, timeout: undefined });
+    assert.deepEqual(io.attemptFinished(1, 'succeeded', '', 710n).outcome, { tag: 'succeeded', val: 1 });
   } finally {
     await storage.close();
   }
@@ -63,17 +63,17 @@ test('a batcher holds tasks for the delay, sends them at the size threshold, and
   const storage = await open();
   try {
     const batcher = new storage.ownership.policy.Batcher(10n, 1000n);
-    assert.equal(batcher.push(1n, 100n, 0n), undefined);
-    assert.equal(batcher.pollTimeout(), 10n);
-    assert.equal(batcher.push(2n, 100n, 5n), undefined);
-    assert.equal(batcher.handleTimeout(9n), undefined);
-    assert.deepEqual([...batcher.handleTimeout(10n)], [1n, 2n]);
-    assert.equal(batcher.pollTimeout(), undefined);
-    assert.equal(batcher.push(3n, 400n, 20n), undefined);
-    assert.deepEqual([...batcher.push(4n, 600n, 21n)], [3n, 4n], 'at the size threshold');
-    assert.equal(batcher.push(5n, 100n, 30n), undefined);
-    assert.deepEqual([...batcher.push(6n, 500n, 31n)], [5n, 6n], 'half the threshold leaves at once, with what waited');
-    assert.equal(batcher.push(7n, 1n, 40n), undefined);
+    /** A batch step with its numbers as a plain array (jco gives a `BigUint64Array`). */
+    const step = ({ leaving, timeout }) => ({ leaving: leaving && [...leaving], timeout });
+    assert.deepEqual(step(batcher.push(1n, 100n, 0n)), { leaving: undefined, timeout: 10n });
+    assert.deepEqual(step(batcher.push(2n, 100n, 5n)), { leaving: undefined, timeout: 10n }, 'the first task sets the deadline');
+    assert.deepEqual(step(batcher.handleTimeout(9n)), { leaving: undefined, timeout: 10n });
+    assert.deepEqual(step(batcher.handleTimeout(10n)), { leaving: [1n, 2n], timeout: undefined });
+    assert.equal(batcher.push(3n, 400n, 20n).leaving, undefined);
+    assert.deepEqual(step(batcher.push(4n, 600n, 21n)), { leaving: [3n, 4n], timeout: undefined }, 'at the size threshold');
+    assert.equal(batcher.push(5n, 100n, 30n).leaving, undefined);
+    assert.deepEqual(step(batcher.push(6n, 500n, 31n)).leaving, [5n, 6n], 'half the threshold leaves at once, with what waited');
+    assert.equal(batcher.push(7n, 1n, 40n).leaving, undefined);
     assert.deepEqual([...batcher.take()], [7n]);
   } finally {
     await storage.close();

@@ -15,8 +15,8 @@
 //! writer reports them after each batch; a rollover empties them.
 //!
 //! The kinds of methods: inputs ([`HandOff::append`], [`HandOff::handed_over`],
-//! [`HandOff::rolled_over`], [`HandOff::persisted`]), whose return values are the outputs, and queries
-//! ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which a call per append is
+//! [`HandOff::rolled_over`], [`HandOff::persisted`]), whose return values are the
+//! outputs, and queries ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which a call per append is
 //! dear (one across WIT) reads the [`Budget`] after each hand-off and counts down.
 
 use crate::types::WriterError;
@@ -106,9 +106,13 @@ impl HandOff {
     }
 
     /// Input: the writer closed its open change set (a new sequence number, or a persist
-    /// that rolled over).
+    /// that rolled over). What was buffered went to the writer first, so nothing is open
+    /// or buffered now, whatever was answered before: a host that holds an answer of open
+    /// bytes back (see [`HandOff::handed_over`]) may drop it instead of passing it first.
     pub fn rolled_over(&mut self) {
         self.open = 0;
+        self.bytes = 0;
+        self.changes = 0;
     }
 
     /// Input: the writer answered a persist (what was buffered went first): it rolled the
@@ -203,6 +207,16 @@ mod tests {
         latest.handed_over(Ok(70));
         assert_eq!(every.budget(), latest.budget());
         assert_eq!(latest.budget().bytes, 30);
+        // A rollover supersedes an answer not yet given.
+        let mut dropped = HandOff::new(100);
+        every.handed_over(Ok(90));
+        every.rolled_over();
+        dropped.rolled_over();
+        assert_eq!(every.budget(), dropped.budget());
+        every.handed_over(Ok(90));
+        every.persisted(None);
+        dropped.persisted(None);
+        assert_eq!(every.budget(), dropped.budget());
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`handoff`]: when a host's append buffer hands its batch to the writer.
 //! - [`ownership`]: who owns which file (reference counts, per-writer claims on local
 //!   copies): the rules that decide when a file may be deleted.
+//! - [`settings`]: the configuration keys, their defaults, value syntax and checks.
 //!
 //! `ARCHITECTURE.md` at the repository root describes how the pieces fit together.
 
@@ -23,6 +24,7 @@ pub mod codec;
 pub mod handoff;
 pub mod ownership;
 pub mod retry;
+pub mod settings;
 pub mod time;
 pub mod types;
 pub mod wit;

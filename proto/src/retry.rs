@@ -29,6 +29,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::settings::RetryPolicyKind;
 use crate::time::Time;
 
 /// When to give up, and how long to wait in between.
@@ -40,6 +41,32 @@ pub struct RetryPolicy {
     pub timeout: Option<Duration>,
     /// Pause after a failed attempt before the next one.
     pub delay: Duration,
+}
+
+impl RetryPolicy {
+    /// Flink's policies from their settings (`dstl.dfs.upload.retry-policy`,
+    /// `max-attempts`, `timeout`, `next-attempt-delay`): `fixed` makes `max_attempts`
+    /// attempts, each with `timeout` (zero waits forever) and `delay` after a failure;
+    /// `none` makes one attempt and waits for it forever, whatever the others say.
+    pub fn from_settings(
+        kind: RetryPolicyKind,
+        max_attempts: u32,
+        timeout: Duration,
+        delay: Duration,
+    ) -> Self {
+        match kind {
+            RetryPolicyKind::None => Self {
+                max_attempts: 1,
+                timeout: None,
+                delay: Duration::ZERO,
+            },
+            RetryPolicyKind::Fixed => Self {
+                max_attempts,
+                timeout: Some(timeout).filter(|t| !t.is_zero()),
+                delay,
+            },
+        }
+    }
 }
 
 /// How an attempt ended.
@@ -433,6 +460,24 @@ mod tests {
         retry.handle_timeout(t0 + ms(100));
         assert!(!retry.may_start(1));
         assert_eq!(started(&mut retry), [2]);
+    }
+
+    #[test]
+    fn the_settings_make_flinks_policies() {
+        let (timeout, delay) = (ms(1000), ms(500));
+        assert_eq!(
+            RetryPolicy::from_settings(RetryPolicyKind::Fixed, 3, timeout, delay),
+            policy(3, Some(1000), 500)
+        );
+        assert_eq!(
+            RetryPolicy::from_settings(RetryPolicyKind::Fixed, 3, Duration::ZERO, delay).timeout,
+            None,
+            "a zero timeout waits forever"
+        );
+        assert_eq!(
+            RetryPolicy::from_settings(RetryPolicyKind::None, 3, timeout, delay),
+            policy(1, None, 0)
+        );
     }
 
     #[test]

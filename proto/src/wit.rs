@@ -149,30 +149,14 @@ macro_rules! wit_conversions {
         pub(crate) fn from_wit_error(e: $wit::WriterError) -> $crate::types::WriterError {
             use $crate::types::WriterError as D;
             use $wit::WriterError as W;
-            match e {
-                W::Closed(m) => D::Closed(m),
-                W::Truncated(m) => D::Truncated(m),
-                W::NotYetAppended(m) => D::NotYetAppended(m),
-                W::AlreadyFailed(m) => D::AlreadyFailed(m),
-                W::InvalidRange(m) => D::InvalidRange(m),
-                W::InvalidArgument(m) => D::InvalidArgument(m),
-                W::UploadFailed(m) => D::UploadFailed(m),
-            }
+            $crate::map_writer_error!(e, W => D)
         }
 
         #[allow(dead_code)]
         pub(crate) fn to_wit_error(e: $crate::types::WriterError) -> $wit::WriterError {
             use $crate::types::WriterError as D;
             use $wit::WriterError as W;
-            match e {
-                D::Closed(m) => W::Closed(m),
-                D::Truncated(m) => W::Truncated(m),
-                D::NotYetAppended(m) => W::NotYetAppended(m),
-                D::AlreadyFailed(m) => W::AlreadyFailed(m),
-                D::InvalidRange(m) => W::InvalidRange(m),
-                D::InvalidArgument(m) => W::InvalidArgument(m),
-                D::UploadFailed(m) => W::UploadFailed(m),
-            }
+            $crate::map_writer_error!(e, D => W)
         }
 
         #[allow(dead_code)]
@@ -217,6 +201,25 @@ macro_rules! wit_conversions {
                     outcome: c.outcome.map(to_wit_snapshot).map_err(to_wit_error),
                 })
                 .collect()
+        }
+    };
+}
+
+/// Maps writer error `$e` from enum `$from` to enum `$to`, which have the same variants
+/// (`dstl_proto::types::WriterError` and the generated one): the variants are listed
+/// here once, for both directions of [`wit_conversions!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_writer_error {
+    ($e:expr, $from:ident => $to:ident) => {
+        match $e {
+            $from::Closed(m) => $to::Closed(m),
+            $from::Truncated(m) => $to::Truncated(m),
+            $from::NotYetAppended(m) => $to::NotYetAppended(m),
+            $from::AlreadyFailed(m) => $to::AlreadyFailed(m),
+            $from::InvalidRange(m) => $to::InvalidRange(m),
+            $from::InvalidArgument(m) => $to::InvalidArgument(m),
+            $from::UploadFailed(m) => $to::UploadFailed(m),
         }
     };
 }

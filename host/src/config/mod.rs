@@ -9,23 +9,23 @@ use crate::store::Location;
 
 mod syntax;
 
+use dstl_proto::settings::{self, Setting, SettingError};
+pub use dstl_proto::settings::{KEYS, RetryPolicyKind, parse_duration, parse_memory};
 use syntax::flatten;
-pub use syntax::{parse_duration, parse_memory};
 
 /// A key or value that cannot be used; the message names the key and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// [`Config::set`] (and the files and pairs built on it) got a key dstl does not have
-    /// (a typo, or a Flink key dstl does not implement).
-    #[error(
-        "unknown configuration key `{0}` (the keys, also with the prefix `state.changelog.`: {known})",
-        known = KEYS.join(", ")
-    )]
+    /// (a typo, or a Flink key dstl does not implement). Worded by `dstl_proto::settings`,
+    /// as on every host.
+    #[error("{}", SettingError::UnknownKey(.0.clone()))]
     UnknownKey(String),
     /// A value that does not parse as the key's type, or lies outside its range;
-    /// [`Config::validate`] also reports keys whose values contradict each other.
-    #[error("invalid value `{value}` for `{key}`: expected {expected}")]
+    /// [`Config::validate`] also reports keys whose values contradict each other. Worded
+    /// by `dstl_proto::settings`, as on every host.
+    #[error("{}", invalid_value(key, value, expected))]
     InvalidValue {
         /// The key.
         key: String,
@@ -148,16 +148,6 @@ pub struct Config {
     /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
     /// [`crate::telemetry`]).
     pub(crate) metrics_writer_label_limit: usize,
-}
-
-/// The retry policies (Flink's `fixed` and `none`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RetryPolicyKind {
-    /// Retry with a per-attempt timeout, `max_attempts` in all.
-    Fixed,
-    /// One attempt, no timeout.
-    None,
 }
 
 /// The effective values.
@@ -316,77 +306,72 @@ impl Config {
 }
 
 impl Default for Config {
+    /// The defaults of `dstl_proto::settings` and a random job id.
     fn default() -> Self {
-        Self {
-            base_path: PathBuf::from("dstl-data"),
+        let mut config = Self {
+            base_path: PathBuf::new(),
             compression: false,
-            local_fsync: true,
-            local_direct_io: true,
-            preemptive_persist_threshold: 5 << 20,
-            persist_delay: Duration::from_millis(10),
-            persist_size_threshold: 10 << 20,
-            upload_buffer_size: 1 << 20,
-            upload_threads: 5,
-            discard_threads: 1,
-            max_in_flight: 100 << 20,
+            local_fsync: false,
+            local_direct_io: false,
+            preemptive_persist_threshold: 0,
+            persist_delay: Duration::ZERO,
+            persist_size_threshold: 0,
+            upload_buffer_size: 0,
+            upload_threads: 0,
+            discard_threads: 0,
+            max_in_flight: 0,
             retry_policy: RetryPolicyKind::Fixed,
-            upload_timeout: Duration::from_secs(1),
-            max_attempts: 3,
-            next_attempt_delay: Duration::from_millis(500),
-            cache_idle_timeout: Duration::from_secs(600),
-            recovery_cache_size: 256 << 20,
+            upload_timeout: Duration::ZERO,
+            max_attempts: 0,
+            next_attempt_delay: Duration::ZERO,
+            cache_idle_timeout: Duration::ZERO,
+            recovery_cache_size: 0,
             job_id: uuid::Uuid::new_v4().simple().to_string(),
             local_recovery: false,
             local_dir: None,
-            writer_memory_limit: 256 << 20,
-            max_writers: 1024,
-            writer_call_timeout: Duration::from_secs(10),
-            signals_based_traps: true,
+            writer_memory_limit: 0,
+            max_writers: 0,
+            writer_call_timeout: Duration::ZERO,
+            signals_based_traps: false,
             shared_engine: false,
             s3: crate::store::S3Settings::default(),
-            metrics_writer_label_limit: 100,
+            metrics_writer_label_limit: 0,
+        };
+        for setting in settings::defaults() {
+            let key = setting.key();
+            config
+                .apply(key, setting)
+                .expect("the defaults are valid settings");
         }
+        config
     }
 }
 
-/// Every key with its default, for `dstl config` and error messages.
-pub const KEYS: &[&str] = &[
-    "dstl.dfs.base-path",
-    "dstl.dfs.compression.enabled",
-    "dstl.dfs.local.fsync",
-    "dstl.dfs.local.direct-io",
-    "dstl.dfs.preemptive-persist-threshold",
-    "dstl.dfs.batch.persist-delay",
-    "dstl.dfs.batch.persist-size-threshold",
-    "dstl.dfs.upload.buffer-size",
-    "dstl.dfs.upload.num-threads",
-    "dstl.dfs.discard.num-threads",
-    "dstl.dfs.upload.max-in-flight",
-    "dstl.dfs.upload.retry-policy",
-    "dstl.dfs.upload.timeout",
-    "dstl.dfs.upload.max-attempts",
-    "dstl.dfs.upload.next-attempt-delay",
-    "dstl.dfs.download.local-cache.idle-timeout-ms",
-    "dstl.recovery.cache-size",
-    "dstl.job-id",
-    "dstl.local-recovery.enabled",
-    "dstl.local-recovery.dir",
-    "dstl.writer.memory-limit",
-    "dstl.writer.max-writers",
-    "dstl.writer.call-timeout",
-    "dstl.writer.signals-based-traps",
-    "dstl.writer.engine",
-    "dstl.s3.endpoint",
-    "dstl.s3.region",
-    "dstl.s3.access-key-id",
-    "dstl.s3.secret-access-key",
-    "dstl.s3.allow-http",
-    "dstl.s3.request-timeout",
-    "dstl.metrics.writer-label-limit",
-];
+/// The shared wording of [`ConfigError::InvalidValue`].
+fn invalid_value(key: &str, value: &str, expected: &'static str) -> SettingError {
+    SettingError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        expected,
+    }
+}
 
-const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)";
-const DURATION_FORM: &str = "a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)";
+impl From<SettingError> for ConfigError {
+    fn from(e: SettingError) -> Self {
+        match e {
+            SettingError::UnknownKey(key) => ConfigError::UnknownKey(key),
+            SettingError::InvalidValue {
+                key,
+                value,
+                expected,
+            } => ConfigError::InvalidValue {
+                key,
+                value,
+                expected,
+            },
+        }
+    }
+}
 
 impl Config {
     /// The defaults (Flink's), with a random job id: the same as [`Config::default`].
@@ -466,128 +451,52 @@ impl Config {
     /// `state.changelog.`), `value` in Flink's syntax for the key's type (`5mb`,
     /// `10 ms`, `true`). Rejected keys and values leave the configuration unchanged.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let short = key.strip_prefix("state.changelog.").unwrap_or(key);
-        let value = value.trim();
-        let invalid = |expected| ConfigError::InvalidValue {
-            key: key.to_string(),
-            value: value.to_string(),
-            expected,
-        };
-        let memory = || parse_memory(value).ok_or_else(|| invalid(MEMORY_FORM));
-        let duration = || parse_duration(value).ok_or_else(|| invalid(DURATION_FORM));
-        let boolean = || match value.to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(invalid("`true` or `false`")),
-        };
-        let positive = || {
-            value
-                .parse::<u32>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| invalid("a whole number of at least 1"))
-        };
-        match short {
-            "dstl.dfs.base-path" => {
-                if value.is_empty() {
-                    return Err(invalid("a directory path or s3://bucket/prefix"));
-                }
-                Location::parse(value).map_err(|reason| ConfigError::InvalidLocation {
+        let setting = settings::parse(key, value)?;
+        self.apply(key, setting)
+    }
+
+    /// Takes a parsed setting (`key` as given, for messages); only the base path has a
+    /// check of this host's (whether it is a location it can use).
+    fn apply(&mut self, key: &str, setting: Setting) -> Result<(), ConfigError> {
+        match setting {
+            Setting::BasePath(path) => {
+                Location::parse(&path).map_err(|reason| ConfigError::InvalidLocation {
                     key: key.to_string(),
                     reason,
                 })?;
-                self.base_path = PathBuf::from(value);
+                self.base_path = PathBuf::from(path);
             }
-            "dstl.dfs.compression.enabled" => self.compression = boolean()?,
-            "dstl.dfs.local.fsync" => self.local_fsync = boolean()?,
-            "dstl.dfs.local.direct-io" => self.local_direct_io = boolean()?,
-            "dstl.dfs.preemptive-persist-threshold" => {
-                self.preemptive_persist_threshold = memory()?
-            }
-            "dstl.dfs.batch.persist-delay" => self.persist_delay = duration()?,
-            "dstl.dfs.batch.persist-size-threshold" => self.persist_size_threshold = memory()?,
-            "dstl.dfs.upload.buffer-size" => {
-                let size = memory()?;
-                if size == 0 || size > i32::MAX as u64 {
-                    return Err(invalid("a size from 1 byte to 2147483647 bytes"));
-                }
-                self.upload_buffer_size = size;
-            }
-            "dstl.dfs.upload.num-threads" => self.upload_threads = positive()? as usize,
-            "dstl.dfs.discard.num-threads" => self.discard_threads = positive()? as usize,
-            "dstl.dfs.upload.max-in-flight" => self.max_in_flight = memory()?,
-            "dstl.dfs.upload.retry-policy" => {
-                self.retry_policy = match value {
-                    "fixed" => RetryPolicyKind::Fixed,
-                    "none" => RetryPolicyKind::None,
-                    _ => return Err(invalid("`fixed` or `none`")),
-                }
-            }
-            "dstl.dfs.upload.timeout" => self.upload_timeout = duration()?,
-            "dstl.dfs.upload.max-attempts" => self.max_attempts = positive()?,
-            "dstl.dfs.upload.next-attempt-delay" => self.next_attempt_delay = duration()?,
-            "dstl.dfs.download.local-cache.idle-timeout-ms" => {
-                self.cache_idle_timeout = duration()?
-            }
-            "dstl.recovery.cache-size" => self.recovery_cache_size = memory()?,
-            "dstl.job-id" => {
-                if value.len() != 32
-                    || !value
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-                {
-                    return Err(invalid("32 lowercase hexadecimal characters"));
-                }
-                self.job_id = value.to_string();
-            }
-            "dstl.local-recovery.enabled" => self.local_recovery = boolean()?,
-            "dstl.local-recovery.dir" => {
-                if value.is_empty() {
-                    return Err(invalid("a non-empty directory path"));
-                }
-                self.local_dir = Some(PathBuf::from(value));
-            }
-            "dstl.writer.memory-limit" => {
-                let limit = memory()?;
-                if !((2 << 20)..=(4 << 30)).contains(&limit) {
-                    return Err(invalid("a size from 2mb to 4gb"));
-                }
-                self.writer_memory_limit = limit;
-            }
-            "dstl.writer.max-writers" => self.max_writers = positive()?,
-            "dstl.writer.call-timeout" => {
-                let timeout = duration()?;
-                if timeout < Duration::from_millis(1) {
-                    return Err(invalid("a duration of at least 1 ms"));
-                }
-                self.writer_call_timeout = timeout;
-            }
-            "dstl.writer.signals-based-traps" => self.signals_based_traps = boolean()?,
-            "dstl.writer.engine" => {
-                self.shared_engine = match value.to_ascii_lowercase().as_str() {
-                    "storage" => false,
-                    "process" => true,
-                    _ => return Err(invalid("`storage` or `process`")),
-                }
-            }
-            "dstl.s3.endpoint" => {
-                if !(value.starts_with("http://") || value.starts_with("https://")) {
-                    return Err(invalid("an http:// or https:// URL"));
-                }
-                self.s3.endpoint = Some(value.to_string());
-            }
-            "dstl.s3.region" => self.s3.region = Some(value.to_string()),
-            "dstl.s3.access-key-id" => self.s3.access_key_id = Some(value.to_string()),
-            "dstl.s3.secret-access-key" => self.s3.secret_access_key = Some(value.to_string()),
-            "dstl.s3.allow-http" => self.s3.allow_http = Some(boolean()?),
-            "dstl.s3.request-timeout" => self.s3.request_timeout = Some(duration()?),
-            "dstl.metrics.writer-label-limit" => {
-                self.metrics_writer_label_limit = value
-                    .parse::<u32>()
-                    .map_err(|_| invalid("a whole number (0 labels no writer by name)"))?
-                    as usize
-            }
-            _ => return Err(ConfigError::UnknownKey(key.to_string())),
+            Setting::Compression(on) => self.compression = on,
+            Setting::LocalFsync(on) => self.local_fsync = on,
+            Setting::LocalDirectIo(on) => self.local_direct_io = on,
+            Setting::PreemptivePersistThreshold(n) => self.preemptive_persist_threshold = n,
+            Setting::PersistDelay(d) => self.persist_delay = d,
+            Setting::PersistSizeThreshold(n) => self.persist_size_threshold = n,
+            Setting::UploadBufferSize(n) => self.upload_buffer_size = n,
+            Setting::UploadThreads(n) => self.upload_threads = n as usize,
+            Setting::DiscardThreads(n) => self.discard_threads = n as usize,
+            Setting::MaxInFlight(n) => self.max_in_flight = n,
+            Setting::RetryPolicy(kind) => self.retry_policy = kind,
+            Setting::UploadTimeout(d) => self.upload_timeout = d,
+            Setting::MaxAttempts(n) => self.max_attempts = n,
+            Setting::NextAttemptDelay(d) => self.next_attempt_delay = d,
+            Setting::CacheIdleTimeout(d) => self.cache_idle_timeout = d,
+            Setting::RecoveryCacheSize(n) => self.recovery_cache_size = n,
+            Setting::JobId(id) => self.job_id = id,
+            Setting::LocalRecovery(on) => self.local_recovery = on,
+            Setting::LocalDir(dir) => self.local_dir = Some(PathBuf::from(dir)),
+            Setting::WriterMemoryLimit(n) => self.writer_memory_limit = n,
+            Setting::MaxWriters(n) => self.max_writers = n,
+            Setting::WriterCallTimeout(d) => self.writer_call_timeout = d,
+            Setting::SignalsBasedTraps(on) => self.signals_based_traps = on,
+            Setting::SharedEngine(shared) => self.shared_engine = shared,
+            Setting::S3Endpoint(url) => self.s3.endpoint = Some(url),
+            Setting::S3Region(region) => self.s3.region = Some(region),
+            Setting::S3AccessKeyId(id) => self.s3.access_key_id = Some(id),
+            Setting::S3SecretAccessKey(secret) => self.s3.secret_access_key = Some(secret),
+            Setting::S3AllowHttp(on) => self.s3.allow_http = Some(on),
+            Setting::S3RequestTimeout(d) => self.s3.request_timeout = Some(d),
+            Setting::MetricsWriterLabelLimit(n) => self.metrics_writer_label_limit = n as usize,
         }
         Ok(())
     }
@@ -636,13 +545,7 @@ impl Config {
 
     /// Checks relations between keys (Flink's scheduler constructor check).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.persist_size_threshold > self.max_in_flight {
-            return Err(ConfigError::InvalidValue {
-                key: "dstl.dfs.batch.persist-size-threshold".into(),
-                value: self.persist_size_threshold.to_string(),
-                expected: "a size not above dstl.dfs.upload.max-in-flight",
-            });
-        }
+        settings::check_batch_size(self.persist_size_threshold, self.max_in_flight)?;
         Ok(())
     }
 
@@ -743,21 +646,6 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn flink_value_syntax() {
-        assert_eq!(parse_memory("5mb"), Some(5 << 20));
-        assert_eq!(parse_memory("10 mb"), Some(10 << 20));
-        assert_eq!(parse_memory("600b"), Some(600));
-        assert_eq!(parse_memory("1024"), Some(1024));
-        assert_eq!(parse_memory("mb"), None);
-        assert_eq!(parse_memory("5 parsecs"), None);
-        assert_eq!(parse_duration("10 ms"), Some(Duration::from_millis(10)));
-        assert_eq!(parse_duration("1 s"), Some(Duration::from_secs(1)));
-        assert_eq!(parse_duration("10 min"), Some(Duration::from_secs(600)));
-        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("soon"), None);
-    }
 
     #[test]
     fn keys_with_and_without_prefix() {

@@ -1,7 +1,8 @@
 //! The upload layer: batching of upload tasks across writers (`dstl_proto::batch`'s
-//! decisions, driven by [`scheduler`]), the in-flight limit ([`throttle`]), retries with timeouts ([`retry`])
-//! and one upload attempt ([`attempt`]). It knows nothing of wasm or writers: each task's
-//! outcome goes back to whoever submitted it through an [`OutcomeSink`].
+//! decisions, driven by [`scheduler`]), the in-flight limit ([`throttle`]), retries with
+//! timeouts ([`retry`]) and one upload attempt ([`attempt`]). It knows nothing of wasm or
+//! writers: each task's outcome goes back to whoever submitted it through an
+//! [`OutcomeSink`].
 
 pub(crate) mod attempt;
 pub(crate) mod buffers;

@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 pub(crate) use dstl_proto::retry::RetryPolicy;
 use dstl_proto::retry::{Action, AttemptResult, Outcome, Retry};
@@ -31,7 +30,7 @@ use tokio::time::Instant;
 
 use super::UploadError;
 use crate::background::Job;
-use crate::config::{Config, RetryPolicyKind};
+use crate::config::Config;
 
 /// Why one attempt failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -73,18 +72,12 @@ impl AttemptError {
 
 /// The policy `config` names (`dstl.dfs.upload.retry-policy` and its keys).
 pub(crate) fn policy_from_config(config: &Config) -> RetryPolicy {
-    match config.retry_policy {
-        RetryPolicyKind::None => RetryPolicy {
-            max_attempts: 1,
-            timeout: None,
-            delay: Duration::ZERO,
-        },
-        RetryPolicyKind::Fixed => RetryPolicy {
-            max_attempts: config.max_attempts,
-            timeout: Some(config.upload_timeout).filter(|t| !t.is_zero()),
-            delay: config.next_attempt_delay,
-        },
-    }
+    RetryPolicy::from_settings(
+        config.retry_policy,
+        config.max_attempts,
+        config.upload_timeout,
+        config.next_attempt_delay,
+    )
 }
 
 /// The winning result with the number of the attempt that produced it and how many
@@ -234,6 +227,7 @@ mod tests {
     use super::*;
     use crate::background::Outstanding;
     use std::sync::{Condvar, Mutex};
+    use std::time::Duration;
     use tokio::sync::mpsc;
 
     fn io(message: &str) -> AttemptError {

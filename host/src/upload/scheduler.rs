@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
+use dstl_proto::batch::Batcher;
 use dstl_proto::types::UploadTask;
 use tokio::sync::{Notify, Semaphore};
 use tracing::Instrument;
@@ -23,7 +24,6 @@ use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
 use crate::registry::{Registries, WriterId};
-use dstl_proto::batch::Batcher;
 
 /// The tasks of a batch as `writer-id/task-id`, for its span.
 struct TaskIds<'a>(&'a [Recipient]);
