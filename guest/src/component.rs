@@ -10,6 +10,9 @@ use dstl_proto::writer::{Effects, Writer};
 wit_bindgen::generate!({
     world: "changelog",
     path: "wit",
+    // Import parameters borrow: a block's pieces are slices of the writer's own buffers,
+    // lent to `uploader.schedule` without a copy (types also used elsewhere stay owned).
+    ownership: Borrowing { duplicate_if_necessary: false },
 });
 
 use dstl::changelog::types as wit;
@@ -24,18 +27,21 @@ struct Component;
 struct HostEffects;
 
 impl Effects for HostEffects {
-    fn schedule(&mut self, task: domain::UploadTask) -> Result<(), String> {
-        uploader::schedule(&wit::UploadTask {
+    fn schedule(&mut self, task: domain::UploadTask<codec::Block>) -> Result<(), String> {
+        let pieces: Vec<Vec<&[u8]>> = task.change_sets.iter().map(|c| c.block.pieces()).collect();
+        let change_sets: Vec<wit::ChangeSetBlock<'_>> = task
+            .change_sets
+            .iter()
+            .zip(&pieces)
+            .map(|(c, pieces)| wit::ChangeSetBlock {
+                sequence_number: c.sequence_number,
+                size: c.size,
+                pieces,
+            })
+            .collect();
+        uploader::schedule(wit::UploadTask {
             id: task.id,
-            change_sets: task
-                .change_sets
-                .into_iter()
-                .map(|c| wit::ChangeSetBlock {
-                    sequence_number: c.sequence_number,
-                    size: c.size,
-                    block: c.block,
-                })
-                .collect(),
+            change_sets: &change_sets,
         })
     }
 

@@ -194,6 +194,13 @@ export class Writer {
         schedule: (task) => {
           let cause;
           try {
+            // A block comes in pieces (large values apart from their headers): the
+            // uploader writes whole blocks.
+            for (const changeSet of task.changeSets) {
+              const { pieces } = changeSet;
+              changeSet.block = pieces.length === 1 ? pieces[0] : Buffer.concat(pieces);
+              changeSet.pieces = null;
+            }
             cause = storage.scheduler.submit(this, task);
           } catch (e) {
             cause = `the scheduler failed: ${e?.message ?? e}`;

@@ -183,19 +183,44 @@ impl ChangeSetBuilder {
     /// append order within a group. Flink writes groups in `HashMap` order, which readers
     /// must not rely on; ascending order coincides with it for small cases.
     pub fn encode(&mut self) -> Vec<u8> {
+        self.finish(u32::MAX).inline
+    }
+
+    /// Like [`ChangeSetBuilder::encode`], but values of [`GATHER_MIN`] bytes and more that
+    /// arrived in a shared segment stay there: the [`Block`] references them, so the one
+    /// who copies the block out (a host, out of the sandbox) copies those bytes once
+    /// instead of twice.
+    pub fn block(&mut self) -> Block {
+        self.finish(GATHER_MIN)
+    }
+
+    /// The block, copying every value shorter than `gather_min` (and every value of the
+    /// builder's own buffer) next to its headers; leaves the builder empty.
+    fn finish(&mut self, gather_min: u32) -> Block {
         self.sort();
         let order = std::mem::take(&mut self.order);
         let mut groups = 0usize;
         let mut last = None;
+        let mut gathered_bytes = 0usize;
         for &i in &order {
-            let key_group = self.entries[i as usize].key_group;
-            if last != Some(key_group) {
+            let entry = self.entries[i as usize];
+            if last != Some(entry.key_group) {
                 groups += 1;
-                last = Some(key_group);
+                last = Some(entry.key_group);
+            }
+            if entry.segment != OWN && entry.len >= gather_min {
+                gathered_bytes += entry.len as usize;
             }
         }
         let n = order.len();
-        let mut out = Vec::with_capacity(4 + groups * 8 + n * 4 + self.payload as usize);
+        let len = 4 + groups * 8 + n * 4 + self.payload as usize;
+        let mut block = Block {
+            inline: Vec::with_capacity(len - gathered_bytes),
+            segments: Vec::new(),
+            gathered: Vec::new(),
+            len,
+        };
+        let out = &mut block.inline;
         out.extend_from_slice(&(groups as i32).to_be_bytes());
         let mut i = 0;
         while i < n {
@@ -208,25 +233,39 @@ impl ChangeSetBuilder {
             out.extend_from_slice(&key_group.to_be_bytes());
             for &e in &order[i..end] {
                 let entry = self.entries[e as usize];
-                let source = if entry.segment == OWN {
-                    &self.own[..]
-                } else {
-                    &self.segments[entry.segment as usize][..]
-                };
                 out.extend_from_slice(&(entry.len as i32).to_be_bytes());
-                out.extend_from_slice(
-                    &source[entry.start as usize..(entry.start + entry.len) as usize],
-                );
+                if entry.segment == OWN {
+                    out.extend_from_slice(
+                        &self.own[entry.start as usize..(entry.start + entry.len) as usize],
+                    );
+                } else if entry.len >= gather_min {
+                    block.gathered.push(Gathered {
+                        at: out.len(),
+                        segment: entry.segment,
+                        start: entry.start,
+                        len: entry.len,
+                    });
+                } else {
+                    let source = &self.segments[entry.segment as usize][..];
+                    out.extend_from_slice(
+                        &source[entry.start as usize..(entry.start + entry.len) as usize],
+                    );
+                }
             }
             i = end;
+        }
+        debug_assert_eq!(out.len() + gathered_bytes, len);
+        if block.gathered.is_empty() {
+            self.segments.clear();
+        } else {
+            block.segments = std::mem::take(&mut self.segments);
         }
         self.order = order;
         self.order.clear();
         self.own.clear();
-        self.segments.clear();
         self.entries.clear();
         self.payload = 0;
-        out
+        block
     }
 
     /// Fills `order` with the entry indexes sorted by key group, append order kept.
@@ -273,6 +312,89 @@ pub fn encode_change_set<'a>(changes: impl IntoIterator<Item = (i32, &'a [u8])>)
         builder.push(key_group, value);
     }
     builder.encode()
+}
+
+/// Values of this many bytes and more stay in their segment when a change set becomes a
+/// [`Block`]: a smaller value costs less to copy next to its headers than to hand out as
+/// a piece of its own.
+pub const GATHER_MIN: u32 = 1024;
+
+/// One change-set block as a writer keeps it until upload: the format's bytes in order,
+/// as pieces. Headers and small values lie in one inline buffer; large values stay in the
+/// shared segment they arrived in (see [`ChangeSetBuilder::block`]).
+#[derive(Debug, Clone, Default)]
+pub struct Block {
+    /// Headers and copied values, in block order, with the gathered values left out.
+    inline: Vec<u8>,
+    /// The segments gathered values lie in.
+    segments: Vec<Rc<Vec<u8>>>,
+    /// The values left in their segments, by ascending `at`.
+    gathered: Vec<Gathered>,
+    /// Bytes of the whole block.
+    len: usize,
+}
+
+/// A value left in its segment: it belongs after the first `at` bytes of `inline`.
+#[derive(Debug, Clone, Copy)]
+struct Gathered {
+    at: usize,
+    segment: u32,
+    start: u32,
+    len: u32,
+}
+
+impl Block {
+    /// Bytes of the whole block.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a block of no bytes (never one a writer makes).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The block's bytes in order, as non-empty pieces: concatenated, they are the block.
+    pub fn pieces(&self) -> Vec<&[u8]> {
+        let mut pieces = Vec::with_capacity(2 * self.gathered.len() + 1);
+        let mut from = 0;
+        for g in &self.gathered {
+            if g.at > from {
+                pieces.push(&self.inline[from..g.at]);
+            }
+            let segment = &self.segments[g.segment as usize];
+            pieces.push(&segment[g.start as usize..(g.start + g.len) as usize]);
+            from = g.at;
+        }
+        if self.inline.len() > from {
+            pieces.push(&self.inline[from..]);
+        }
+        pieces
+    }
+
+    /// The block's bytes in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        if self.gathered.is_empty() {
+            return self.inline.clone();
+        }
+        let mut out = Vec::with_capacity(self.len);
+        for piece in self.pieces() {
+            out.extend_from_slice(piece);
+        }
+        out
+    }
+}
+
+impl From<Vec<u8>> for Block {
+    /// A block whose bytes are all inline.
+    fn from(bytes: Vec<u8>) -> Self {
+        Self {
+            len: bytes.len(),
+            inline: bytes,
+            segments: Vec::new(),
+            gathered: Vec::new(),
+        }
+    }
 }
 
 /// Writes a changelog file: the flag byte, then the logical stream, plain or Snappy framed.
@@ -750,6 +872,45 @@ mod tests {
             prop_assert_eq!(block_payload(&encoded), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
             prop_assert_eq!(encoded, copied);
             prop_assert!(builder.is_empty());
+        }
+
+        /// A block keeps large shared values in their segments; its pieces, put together,
+        /// are the block `encode` makes, and no piece is empty.
+        #[test]
+        fn block_pieces_make_the_encoded_block(
+            changes in proptest::collection::vec((-1i32..8, 0usize..3000), 0..40),
+            split in 0usize..40,
+            segments in 1usize..4,
+        ) {
+            let changes: Vec<(i32, Vec<u8>)> = changes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (k, len))| (k, vec![i as u8; len]))
+                .collect();
+            let copied = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
+            let split = split.min(changes.len());
+            let mut builder = ChangeSetBuilder::default();
+            for (k, v) in &changes[..split] {
+                builder.push(*k, v);
+            }
+            let shared = &changes[split..];
+            for part in shared.chunks(shared.len().div_ceil(segments).max(1)) {
+                let segment = Rc::new(part.iter().flat_map(|(_, v)| v.clone()).collect::<Vec<u8>>());
+                let mut start = 0;
+                for (k, v) in part {
+                    builder.push_shared(*k, &segment, start..start + v.len());
+                    start += v.len();
+                }
+            }
+            let block = builder.block();
+            prop_assert!(builder.is_empty());
+            prop_assert_eq!(block.len(), copied.len());
+            let pieces = block.pieces();
+            prop_assert!(pieces.iter().all(|p| !p.is_empty()));
+            let large = shared.iter().filter(|(_, v)| v.len() >= GATHER_MIN as usize).count();
+            prop_assert!(pieces.len() <= 2 * large + 1);
+            prop_assert_eq!(pieces.concat(), copied.clone());
+            prop_assert_eq!(block.to_vec(), copied);
         }
 
         #[test]

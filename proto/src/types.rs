@@ -124,24 +124,25 @@ pub struct WriterConfig {
     pub local_recovery: bool,
 }
 
-/// One encoded change set handed to the uploader.
+/// One encoded change set handed to the uploader: the writer hands out its blocks as
+/// [`crate::codec::Block`] pieces, a host uploads them as one buffer each.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChangeSetBlock {
+pub struct ChangeSetBlock<B = Vec<u8>> {
     /// Its sequence number.
     pub sequence_number: SequenceNumber,
     /// Payload bytes.
     pub size: u64,
     /// The encoded block.
-    pub block: Vec<u8>,
+    pub block: B,
 }
 
 /// Change sets of one writer uploaded together.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadTask {
+pub struct UploadTask<B = Vec<u8>> {
     /// Names the task in its outcome.
     pub id: u64,
     /// Ascending sequence numbers.
-    pub change_sets: Vec<ChangeSetBlock>,
+    pub change_sets: Vec<ChangeSetBlock<B>>,
 }
 
 /// Where a local copy of an uploaded change set lies.

@@ -7,13 +7,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::codec::{ChangeSetBuilder, META_KEY_GROUP};
+use crate::codec::{Block, ChangeSetBuilder, META_KEY_GROUP};
 use crate::types::*;
 
 /// Everything the writer asks of its environment.
 pub trait Effects {
     /// Queues an upload; `Err` means it was not accepted and no outcome will follow.
-    fn schedule(&mut self, task: UploadTask) -> Result<(), String>;
+    fn schedule(&mut self, task: UploadTask<Block>) -> Result<(), String>;
     /// The writer no longer needs one change set in this file.
     fn release(&mut self, handle: &StreamHandle);
     /// Ownership of this file moved to a confirmed checkpoint.
@@ -107,7 +107,7 @@ pub struct Writer {
     lowest_sqn: SequenceNumber,
     highest_sqn: SequenceNumber,
     active: ChangeSetBuilder,
-    not_uploaded: BTreeMap<SequenceNumber, ChangeSetBlock>,
+    not_uploaded: BTreeMap<SequenceNumber, ChangeSetBlock<Block>>,
     uploaded: BTreeMap<SequenceNumber, UploadResult>,
     in_flight: HashMap<u64, InFlight>,
     listeners: Vec<Listener>,
@@ -313,7 +313,7 @@ impl Writer {
             return;
         }
         let size = self.active.payload_size();
-        let block = self.active.encode();
+        let block = self.active.block();
         self.not_uploaded.insert(
             self.active_sqn,
             ChangeSetBlock {

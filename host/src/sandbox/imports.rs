@@ -30,7 +30,7 @@ struct GuestBlock {
     #[component(name = "sequence-number")]
     sequence_number: u64,
     size: u64,
-    block: WasmList<u8>,
+    pieces: WasmList<WasmList<u8>>,
 }
 
 /// Adds every import of the world to `linker`: `uploader.schedule` by hand (above), the
@@ -69,10 +69,36 @@ fn schedule(
                 block.sequence_number, previous.sequence_number
             )));
         }
-        let bytes = block.block.as_le_slice(&store);
+        // The pieces, read in place, go once into a recycled buffer: large values come
+        // straight from where the guest received them.
+        let mut pieces = Vec::with_capacity(block.pieces.len());
+        let mut len = 0usize;
+        for p in 0..block.pieces.len() {
+            let piece = block.pieces.get(&mut store, p).ok_or_else(|| {
+                fault(format!(
+                    "piece {p} of change set {} is missing from its list",
+                    block.sequence_number
+                ))
+            })??;
+            len += piece.len();
+            // Honest pieces are distinct parts of the guest's memory; pieces that add up
+            // to more repeat some bytes, and would make the host allocate without bound.
+            if len as u64 > store.data().memory_limit {
+                return Err(fault(format!(
+                    "the pieces of change set {} add up to more than the writer's memory ({} bytes)",
+                    block.sequence_number,
+                    store.data().memory_limit
+                )));
+            }
+            pieces.push(piece);
+        }
+        let mut copy = store.data().services.scheduler.blocks.take(len);
+        for piece in &pieces {
+            copy.extend_from_slice(piece.as_le_slice(&store));
+        }
         // The size counted against the in-flight limit (and reported in handles) is what
         // the block holds, never what the guest says it holds.
-        let payload = codec::block_payload(bytes).map_err(|e| {
+        let payload = codec::block_payload(&copy).map_err(|e| {
             fault(format!(
                 "change set {} is not one change-set block: {e}",
                 block.sequence_number
@@ -84,8 +110,6 @@ fn schedule(
                 block.sequence_number, block.size
             )));
         }
-        let mut copy = store.data().services.scheduler.blocks.take(bytes.len());
-        copy.extend_from_slice(bytes);
         change_sets.push(ChangeSetBlock {
             sequence_number: block.sequence_number,
             size: payload,

@@ -80,7 +80,7 @@ struct Fake {
 }
 
 impl Effects for Fake {
-    fn schedule(&mut self, task: UploadTask) -> Result<(), String> {
+    fn schedule(&mut self, task: UploadTask<Block>) -> Result<(), String> {
         if let Some(cause) = &self.refuse {
             return Err(cause.clone());
         }
@@ -100,7 +100,23 @@ impl Effects for Fake {
             "task id {} scheduled twice",
             task.id
         );
-        self.scheduled.push(task);
+        // What a host does: each block's pieces into one buffer.
+        self.scheduled.push(UploadTask {
+            id: task.id,
+            change_sets: task
+                .change_sets
+                .into_iter()
+                .map(|c| {
+                    let pieces: usize = c.block.pieces().iter().map(|p| p.len()).sum();
+                    assert_eq!(pieces, c.block.len(), "the pieces make the block");
+                    ChangeSetBlock {
+                        sequence_number: c.sequence_number,
+                        size: c.size,
+                        block: c.block.to_vec(),
+                    }
+                })
+                .collect(),
+        });
         Ok(())
     }
 

@@ -3,6 +3,9 @@ use std::cell::{Cell, RefCell};
 wit_bindgen::generate!({
     world: "changelog",
     path: "../../wit",
+    // As the real guest: a block's pieces are borrowed slices, which lets it lie by
+    // lending the same bytes many times.
+    ownership: Borrowing { duplicate_if_necessary: false },
 });
 
 use dstl::changelog::types as w;
@@ -77,6 +80,16 @@ impl Hostile {
                 self.schedule(vec![(0, size, vec![0xff; size as usize])])?;
             }
             "schedule-empty" => self.schedule(Vec::new())?,
+            // One block of SIZE bytes lent COUNT times as the pieces of one change set:
+            // more bytes than the guest's memory holds.
+            "schedule-aliased" => {
+                let (size, count) = rest.split_once(' ').ok_or_else(|| {
+                    invalid(format!("schedule-aliased needs SIZE COUNT: {rest:?}"))
+                })?;
+                let bytes = block(number(size)? as u64);
+                let pieces = vec![&bytes[..]; number(count)? as usize];
+                self.schedule_pieces(vec![(0, 0, &pieces[..])])?;
+            }
             // Two change sets whose sequence numbers descend.
             "schedule-descending" => self.schedule(vec![(5, 1, block(1)), (3, 1, block(1))])?,
             // The next persist returns a snapshot naming PATH, which this writer never wrote.
@@ -97,20 +110,37 @@ impl Hostile {
         Ok(())
     }
 
-    /// Schedules one task holding `(sequence number, claimed size, block)` change sets.
+    /// Schedules one task holding `(sequence number, claimed size, block)` change sets,
+    /// each block in one piece.
     fn schedule(&self, change_sets: Vec<(u64, u64, Vec<u8>)>) -> Result<(), w::WriterError> {
+        let pieces: Vec<[&[u8]; 1]> = change_sets.iter().map(|c| [&c.2[..]]).collect();
+        self.schedule_pieces(
+            change_sets
+                .iter()
+                .zip(&pieces)
+                .map(|(c, pieces)| (c.0, c.1, &pieces[..]))
+                .collect(),
+        )
+    }
+
+    /// Schedules one task holding `(sequence number, claimed size, pieces)` change sets.
+    fn schedule_pieces(
+        &self,
+        change_sets: Vec<(u64, u64, &[&[u8]])>,
+    ) -> Result<(), w::WriterError> {
         let id = self.next_task.get();
         self.next_task.set(id + 1);
-        uploader::schedule(&w::UploadTask {
+        let change_sets: Vec<w::ChangeSetBlock<'_>> = change_sets
+            .into_iter()
+            .map(|(sequence_number, size, pieces)| w::ChangeSetBlock {
+                sequence_number,
+                size,
+                pieces,
+            })
+            .collect();
+        uploader::schedule(w::UploadTask {
             id,
-            change_sets: change_sets
-                .into_iter()
-                .map(|(sequence_number, size, block)| w::ChangeSetBlock {
-                    sequence_number,
-                    size,
-                    block,
-                })
-                .collect(),
+            change_sets: &change_sets,
         })
         .map_err(w::WriterError::UploadFailed)
     }
