@@ -72,16 +72,23 @@ for w in "${workloads[@]}"; do
   done < <(grep '^RESULT' "$tmp/flink.txt")
   rss=$(grep -o 'max_rss_kb=[0-9]*' "$tmp/flink.txt" | cut -d= -f2 || echo 0)
   emit "{\"system\":\"flink\",\"workload\":\"$w\",\"process\":{\"max_rss_kb\":${rss:-0}}}"
+  # Flink writes without fsync: its dirty pages go to disk now, not during the next run.
+  sync
   for fsync in ${MODES:-true false}; do
     for r in $(seq "$runs"); do
-      echo "== $w: dstl fsync=$fsync run $r" >&2
-      res=$("$dstl" bench --workload "$w" --json --conf "dstl.dfs.local.fsync=$fsync")
-      emit "{\"system\":\"dstl\",\"workload\":\"$w\",\"fsync\":$fsync,\"run\":$r,\"result\":$res}"
+      # With a baseline build, the two take turns going first: neither always runs on
+      # the other's leftovers (page cache, writeback, a warm CPU).
+      systems=(dstl)
       if [ -n "${DSTL_BASELINE:-}" ]; then
-        echo "== $w: dstl-baseline fsync=$fsync run $r" >&2
-        res=$("$DSTL_BASELINE" bench --workload "$w" --json --conf "dstl.dfs.local.fsync=$fsync")
-        emit "{\"system\":\"dstl-baseline\",\"workload\":\"$w\",\"fsync\":$fsync,\"run\":$r,\"result\":$res}"
+        if [ $((r % 2)) -eq 1 ]; then systems=(dstl dstl-baseline); else systems=(dstl-baseline dstl); fi
       fi
+      for system in "${systems[@]}"; do
+        bin="$dstl"
+        [ "$system" = dstl ] || bin="$DSTL_BASELINE"
+        echo "== $w: $system fsync=$fsync run $r" >&2
+        res=$("$bin" bench --workload "$w" --json --conf "dstl.dfs.local.fsync=$fsync")
+        emit "{\"system\":\"$system\",\"workload\":\"$w\",\"fsync\":$fsync,\"run\":$r,\"result\":$res}"
+      done
     done
   done
 done

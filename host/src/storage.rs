@@ -342,6 +342,9 @@ impl ChangelogStorage {
             key_group_range: key_groups,
             preemptive_persist_threshold: self.services.config.preemptive_persist_threshold,
             local_recovery: self.services.config.local_recovery,
+            // The host reads a block's pieces in the guest's memory: large values are
+            // copied out once.
+            value_pieces: true,
         };
         let id = self.next_writer.fetch_add(1, Ordering::Relaxed);
         Writer::create(self.services.clone(), &self.wasm, id, config, options)

@@ -151,6 +151,8 @@ export class ChangelogStorage {
       keyGroupRange: { start, end },
       preemptivePersistThreshold: BigInt(this.config.preemptivePersistThreshold),
       localRecovery: this.config.localRecovery,
+      // jco copies every piece out of the guest on its own: one piece per block.
+      valuePieces: false,
     };
     const writer = new Writer(this, config, { memoryLimit, callTimeoutMs, id: this.nextWriterId++ });
     this.writers.add(writer);

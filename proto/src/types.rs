@@ -122,6 +122,9 @@ pub struct WriterConfig {
     pub preemptive_persist_threshold: u64,
     /// Build local handles.
     pub local_recovery: bool,
+    /// Blocks keep large values apart, as pieces of their own ([`crate::codec::Block`]);
+    /// false: every block is one piece.
+    pub value_pieces: bool,
 }
 
 /// One encoded change set handed to the uploader: the writer hands out its blocks as

@@ -50,6 +50,7 @@ macro_rules! wit_conversions {
                 key_group_range: from_wit_range(c.key_group_range),
                 preemptive_persist_threshold: c.preemptive_persist_threshold,
                 local_recovery: c.local_recovery,
+                value_pieces: c.value_pieces,
             }
         }
 
@@ -60,6 +61,7 @@ macro_rules! wit_conversions {
                 key_group_range: to_wit_range(c.key_group_range),
                 preemptive_persist_threshold: c.preemptive_persist_threshold,
                 local_recovery: c.local_recovery,
+                value_pieces: c.value_pieces,
             }
         }
 

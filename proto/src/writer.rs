@@ -313,7 +313,11 @@ impl Writer {
             return;
         }
         let size = self.active.payload_size();
-        let block = self.active.block();
+        let block = if self.config.value_pieces {
+            self.active.block()
+        } else {
+            self.active.encode().into()
+        };
         self.not_uploaded.insert(
             self.active_sqn,
             ChangeSetBlock {

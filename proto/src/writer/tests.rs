@@ -22,6 +22,7 @@ fn config(threshold: u64, local_recovery: bool) -> WriterConfig {
         key_group_range: RANGE,
         preemptive_persist_threshold: threshold,
         local_recovery,
+        value_pieces: true,
     }
 }
 
@@ -2122,4 +2123,34 @@ fn an_owned_batch_is_appended_like_a_copied_one() {
         Err(WriterError::InvalidArgument(_))
     ));
     assert_eq!(w.open_bytes(), 0);
+}
+
+/// A writer that keeps large values as pieces of their own schedules the same bytes as
+/// one that copies every value into its blocks.
+#[test]
+fn value_pieces_schedule_the_same_blocks() {
+    let lengths: Vec<u32> = vec![5, 4096, 0, 1023, 1024, 70_000, 3];
+    let key_groups: Vec<i32> = vec![3, 1, -1, 1, 9, 3, 0];
+    let data: Vec<u8> = (0..lengths.iter().sum::<u32>())
+        .map(|i| (i % 253) as u8)
+        .collect();
+    let mut scheduled = Vec::new();
+    for value_pieces in [false, true] {
+        let mut fx = Fake::default();
+        let mut w = Writer::new(WriterConfig {
+            value_pieces,
+            ..config(1 << 30, false)
+        })
+        .unwrap();
+        w.append_batch_owned(&mut fx, &key_groups, &lengths, data.clone())
+            .unwrap();
+        w.append(&mut fx, 2, &[7; 2000]).unwrap();
+        let to = w.next_sequence_number();
+        w.append_batch_owned(&mut fx, &key_groups, &lengths, data.clone())
+            .unwrap();
+        w.persist(&mut fx, 0, 1).unwrap();
+        assert_eq!(fx.last_task().change_sets.len(), 2, "{to}");
+        scheduled.push(fx.last_task().clone());
+    }
+    assert_eq!(scheduled[0], scheduled[1]);
 }
