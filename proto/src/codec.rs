@@ -833,6 +833,30 @@ mod tests {
         assert!(block_payload(&[0; 4096]).is_err(), "zeros are not a block");
     }
 
+    /// A builder holding `changes`: the first `split` pushed one by one (copied), the rest
+    /// handed over as `segments` shared segments.
+    fn builder_of(changes: &[(i32, Vec<u8>)], split: usize, segments: usize) -> ChangeSetBuilder {
+        let split = split.min(changes.len());
+        let mut builder = ChangeSetBuilder::default();
+        for (k, v) in &changes[..split] {
+            builder.push(*k, v);
+        }
+        let shared = &changes[split..];
+        for part in shared.chunks(shared.len().div_ceil(segments).max(1)) {
+            let segment = Rc::new(
+                part.iter()
+                    .flat_map(|(_, v)| v.clone())
+                    .collect::<Vec<u8>>(),
+            );
+            let mut start = 0;
+            for (k, v) in part {
+                builder.push_shared(*k, &segment, start..start + v.len());
+                start += v.len();
+            }
+        }
+        builder
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), offset in 0u64..600) {
@@ -856,17 +880,7 @@ mod tests {
                 .map(|(k, v)| (if wide && k > 10 { k * 1_000_000 } else { k }, v))
                 .collect();
             let copied = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
-            let split = split.min(changes.len());
-            let mut builder = ChangeSetBuilder::default();
-            for (k, v) in &changes[..split] {
-                builder.push(*k, v);
-            }
-            let segment = Rc::new(changes[split..].iter().flat_map(|(_, v)| v.clone()).collect::<Vec<u8>>());
-            let mut start = 0;
-            for (k, v) in &changes[split..] {
-                builder.push_shared(*k, &segment, start..start + v.len());
-                start += v.len();
-            }
+            let mut builder = builder_of(&changes, split, 1);
             prop_assert_eq!(builder.payload_size(), changes.iter().map(|c| c.1.len() as u64).sum::<u64>());
             let encoded = builder.encode();
             prop_assert_eq!(block_payload(&encoded), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
@@ -888,20 +902,8 @@ mod tests {
                 .map(|(i, (k, len))| (k, vec![i as u8; len]))
                 .collect();
             let copied = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
-            let split = split.min(changes.len());
-            let mut builder = ChangeSetBuilder::default();
-            for (k, v) in &changes[..split] {
-                builder.push(*k, v);
-            }
-            let shared = &changes[split..];
-            for part in shared.chunks(shared.len().div_ceil(segments).max(1)) {
-                let segment = Rc::new(part.iter().flat_map(|(_, v)| v.clone()).collect::<Vec<u8>>());
-                let mut start = 0;
-                for (k, v) in part {
-                    builder.push_shared(*k, &segment, start..start + v.len());
-                    start += v.len();
-                }
-            }
+            let mut builder = builder_of(&changes, split, segments);
+            let shared = &changes[split.min(changes.len())..];
             let block = builder.block();
             prop_assert!(builder.is_empty());
             prop_assert_eq!(block.len(), copied.len());
