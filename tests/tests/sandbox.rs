@@ -282,8 +282,8 @@ fn a_dropped_writer_releases_only_what_no_returned_snapshot_names() {
 
 /// The host counts what a block holds, not what the guest says it holds: a task that
 /// lies about its sizes, is no change-set block, has no change sets, lends the same bytes
-/// as more pieces than its memory holds or numbers them out of order is a guest fault of that writer; nothing of it is uploaded, and other writers
-/// carry on.
+/// as more pieces or blocks than its memory holds or numbers them out of order is a guest
+/// fault of that writer; nothing of it is uploaded, and other writers carry on.
 #[test]
 fn upload_tasks_that_lie_about_their_contents_trap_their_writer() {
     let tmp = tempfile::tempdir().unwrap();
@@ -304,6 +304,10 @@ fn upload_tasks_that_lie_about_their_contents_trap_their_writer() {
         ("schedule-empty", "has no change sets"),
         (
             "schedule-aliased 1048576 100000",
+            "add up to more than the writer's memory",
+        ),
+        (
+            "schedule-aliased-blocks 1048576 100000",
             "add up to more than the writer's memory",
         ),
         (

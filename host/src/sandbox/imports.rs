@@ -56,6 +56,10 @@ fn schedule(
         return Err(fault("the task has no change sets".into()));
     }
     let mut change_sets: Vec<ChangeSetBlock> = Vec::with_capacity(task.change_sets.len());
+    // Bytes of the task's blocks so far. An honest task's blocks (and each block's pieces)
+    // are distinct parts of the guest's memory, so they fit in it; more means the guest
+    // lends some bytes twice, which would make the host allocate without bound.
+    let mut task_len = 0u64;
     for i in 0..task.change_sets.len() {
         let block = task
             .change_sets
@@ -73,6 +77,7 @@ fn schedule(
         // straight from where the guest received them.
         let mut pieces = Vec::with_capacity(block.pieces.len());
         let mut len = 0usize;
+        let memory_limit = store.data().memory_limit;
         for p in 0..block.pieces.len() {
             let piece = block.pieces.get(&mut store, p).ok_or_else(|| {
                 fault(format!(
@@ -81,13 +86,11 @@ fn schedule(
                 ))
             })??;
             len += piece.len();
-            // Honest pieces are distinct parts of the guest's memory; pieces that add up
-            // to more repeat some bytes, and would make the host allocate without bound.
-            if len as u64 > store.data().memory_limit {
+            task_len += piece.len() as u64;
+            if task_len > memory_limit {
                 return Err(fault(format!(
-                    "the pieces of change set {} add up to more than the writer's memory ({} bytes)",
-                    block.sequence_number,
-                    store.data().memory_limit
+                    "its blocks add up to more than the writer's memory ({memory_limit} bytes) at change set {}",
+                    block.sequence_number
                 )));
             }
             pieces.push(piece);

@@ -90,6 +90,22 @@ impl Hostile {
                 let pieces = vec![&bytes[..]; number(count)? as usize];
                 self.schedule_pieces(vec![(0, 0, &pieces[..])])?;
             }
+            // One valid block of SIZE payload bytes lent as COUNT change sets of one task.
+            "schedule-aliased-blocks" => {
+                let (size, count) = rest.split_once(' ').ok_or_else(|| {
+                    invalid(format!(
+                        "schedule-aliased-blocks needs SIZE COUNT: {rest:?}"
+                    ))
+                })?;
+                let size = number(size)? as u64;
+                let bytes = block(size);
+                let pieces = [&bytes[..]];
+                self.schedule_pieces(
+                    (0..number(count)? as u64)
+                        .map(|sequence_number| (sequence_number, size, &pieces[..]))
+                        .collect(),
+                )?;
+            }
             // Two change sets whose sequence numbers descend.
             "schedule-descending" => self.schedule(vec![(5, 1, block(1)), (3, 1, block(1))])?,
             // The next persist returns a snapshot naming PATH, which this writer never wrote.
