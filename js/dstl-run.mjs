@@ -12,7 +12,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { ChangelogStorage, Config, DstlError, digest, manifestFromSnapshot, storeManifest } from './lib/index.mjs';
+import { ChangelogStorage, Config, DstlError, digest, storeManifest } from './lib/index.mjs';
 import { BATCH, Changes, Pool } from './run/workload.mjs';
 
 const USAGE = `usage: dstl-run [options]   (or: node dstl-run.mjs [options])
@@ -119,16 +119,15 @@ async function runWriter(storage, workload, pool, index, changes, progress) {
       confirmed = [checkpoint.to, checkpoint.changes[1]];
     }
     if (workload.manifests) {
-      const manifest = manifestFromSnapshot(snapshot, {
-        writer: name,
-        checkpointId: checkpoint.id,
-        sequenceFrom: checkpoint.from,
-        sequenceTo: checkpoint.to,
-        changes: checkpoint.changes,
-      });
       const path = join(workload.manifests, `${name}.json`);
       try {
-        await storeManifest(path, manifest);
+        await storeManifest(path, snapshot, {
+          writer: name,
+          checkpointId: checkpoint.id,
+          sequenceFrom: checkpoint.from,
+          sequenceTo: checkpoint.to,
+          changes: checkpoint.changes,
+        });
       } catch (e) {
         throw new Error(`cannot write manifest ${path}: ${e.message}`);
       }

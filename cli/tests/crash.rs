@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dstl::manifest::Manifest;
+use dstl::manifest::{Manifest, ManifestFile};
 use dstl_cli::workload::{Workload, expected_changes};
 
 fn workload() -> Workload {

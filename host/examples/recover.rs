@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 
-use dstl::manifest::Manifest;
+use dstl::manifest::{Manifest, ManifestFile};
 use dstl::{ChangelogStorage, Config, KeyGroupRange, Recovery};
 
 const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 31 };

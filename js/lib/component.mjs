@@ -1,7 +1,8 @@
 // The components in Node: which transpiled writer component to run, compiling its core
 // modules once, and instantiating it once per writer (and once per codec: see
 // `codec.mjs`); and the rules component (ownership rules and upload policy), instantiated
-// once per storage (`ownership.mjs`).
+// once per storage (`ownership.mjs`) and once per process for the configuration keys and
+// the JSON records (`sharedRules`).
 //
 // The package ships the component already transpiled by jco and patched (`component/`,
 // made by `scripts/build-component.mjs` when the package is packed or `npm ci` is run in
@@ -20,7 +21,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { SetupError } from './errors.mjs';
-import { wasiImports } from './wasi.mjs';
+import { Capture, wasiImports } from './wasi.mjs';
 import { componentKind, NAME, PATCH_VERSION, readTranspiled, RULES_NAME, sha256, transpileToCache } from './transpile.mjs';
 
 /** The transpiled component the package ships (`<package>/component/`). */
@@ -274,6 +275,36 @@ export function loadRules() {
     });
   }
   return rules;
+}
+
+/**
+ * The message of an error a component's export threw: jco throws a `result`'s error
+ * string as it is; anything else (a trap, a binding's type check) is an Error.
+ *
+ * @param {unknown} error
+ * @returns {string}
+ */
+export function errorMessage(error) {
+  return typeof error === 'string' ? error : String(error?.message ?? error);
+}
+
+let sharedRulesInstance = null;
+
+/**
+ * One instance of the rules component for the process's calls that keep no state (the
+ * configuration keys, the JSON records); a storage's ownership rules and upload policy
+ * run in an instance of its own.
+ *
+ * @returns {Promise<object>} the instance's exports (`settings`, `records`, ...)
+ */
+export function sharedRules() {
+  if (!sharedRulesInstance) {
+    sharedRulesInstance = loadRules().then((rules) => rules.instantiate(wasiImports(new Capture()), 16 * 2 ** 20));
+    sharedRulesInstance.catch(() => {
+      sharedRulesInstance = null;
+    });
+  }
+  return sharedRulesInstance;
 }
 
 /** The unversioned import keys of the `changelog` world, as jco looks them up. */

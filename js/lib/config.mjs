@@ -10,11 +10,10 @@
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
 
-import { loadRules } from './component.mjs';
+import { errorMessage, sharedRules } from './component.mjs';
 import { ConfigError } from './errors.mjs';
-import { Capture, wasiImports } from './wasi.mjs';
 
-const { settings: shared } = (await loadRules()).instantiate(wasiImports(new Capture()), 16 * 2 ** 20);
+const { settings: shared } = await sharedRules();
 
 /** The field of {@link Config} each key the Node host implements sets. */
 const FIELDS = Object.freeze({
@@ -111,7 +110,7 @@ export class Config {
     try {
       setting = shared.parse(key, value);
     } catch (e) {
-      throw new ConfigError(typeof e === 'string' ? e : `cannot parse \`${key}\`: ${e?.message ?? e}`);
+      throw new ConfigError(typeof e === 'string' ? e : `cannot parse \`${key}\`: ${errorMessage(e)}`);
     }
     if (!(setting.key in FIELDS)) {
       throw new ConfigError(`configuration key \`${key}\` is not supported by the Node host (its keys: ${KEYS.join(', ')})`);
@@ -146,7 +145,7 @@ export class Config {
     try {
       shared.checkBatchSize(BigInt(this.persistSizeThreshold), BigInt(this.maxInFlight));
     } catch (e) {
-      throw new ConfigError(typeof e === 'string' ? e : String(e?.message ?? e));
+      throw new ConfigError(errorMessage(e));
     }
   }
 

@@ -15,7 +15,7 @@ export {
 } from './errors.mjs';
 export { LocalStore } from './store.mjs';
 export { digest, META_KEY_GROUP, readHandle } from './reader.mjs';
-export { loadManifest, manifestFromSnapshot, storeManifest } from './manifest.mjs';
+export { loadManifest, manifestJson, storeManifest } from './manifest.mjs';
 export { CodecTrap, ComponentCodec, FormatError } from './codec.mjs';
 export { capMemory, loadComponent, locateGuestWasm, PACKAGED_COMPONENT_DIR } from './component.mjs';
 export { cacheDir } from './cache-dir.mjs';

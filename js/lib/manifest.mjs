@@ -1,105 +1,78 @@
-// The manifest JSON of one snapshot, field for field as the Rust host writes it
-// (`host/src/manifest.rs`), written atomically.
+// Manifest files: the JSON is dstl-proto's `manifest` (through the rules component, WIT
+// interface `records`), as the Rust host writes and reads it; this module reads the file
+// and writes it atomically.
 
 import { open, readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
-import { ReadError } from './errors.mjs';
+import { errorMessage, sharedRules } from './component.mjs';
+import { InvalidArgumentError, ReadError } from './errors.mjs';
 import { syncDir } from './store.mjs';
 
-function num(value, what) {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n)) throw new RangeError(`${what} ${value} does not fit a JSON number`);
+const { records } = await sharedRules();
+
+/** `value` as a u64 (or s64) for the component; undefined stays undefined. */
+function int(value, what, min = 0n) {
+  if (value === undefined || value === null) return undefined;
+  let n;
+  try {
+    n = BigInt(value);
+  } catch {
+    throw new InvalidArgumentError(`${what} ${value} is not a whole number`);
+  }
+  if (n < min || n >= 2n ** 64n) throw new InvalidArgumentError(`${what} ${value} is out of range`);
   return n;
 }
 
-function entries(handle) {
-  return handle.entries.map((e) => ({
-    path: e.handle.path,
-    file_size: num(e.handle.fileSize, 'file size'),
-    offset: num(e.offset, 'offset'),
-    size: num(e.size, 'size'),
-  }));
-}
-
 /**
- * The manifest of a snapshot result, with the optional extra fields.
+ * The text of the manifest file of a snapshot, with the optional extra fields.
  * @param {object} snapshot as a persist resolves it
  * @param {{writer?: string, checkpointId?: bigint|number, sequenceFrom?: bigint|number, sequenceTo?: bigint|number, changes?: [number, number]}} [extra]
- * @returns {object} ready for `JSON.stringify`
+ * @returns {string} indented JSON ending in a newline
+ * @throws {InvalidArgumentError} when an extra field is not a whole number in range
  */
-export function manifestFromSnapshot(snapshot, extra = {}) {
-  const remote = snapshot.remote;
-  const manifest = {
-    storage_id: remote.storageId,
-    key_group_range: { start: remote.keyGroupRange.start, end: remote.keyGroupRange.end },
-    state_size: num(remote.stateSize, 'state size'),
-    incremental_size: num(remote.incrementalSize, 'incremental size'),
-    entries: entries(remote),
-    local: snapshot.local
-      ? {
-          storage_id: snapshot.local.storageId,
-          key_group_range: { start: snapshot.local.keyGroupRange.start, end: snapshot.local.keyGroupRange.end },
-          state_size: num(snapshot.local.stateSize, 'state size'),
-          incremental_size: num(snapshot.local.incrementalSize, 'incremental size'),
-          entries: entries(snapshot.local),
-        }
-      : null,
-  };
-  if (extra.writer !== undefined) manifest.writer = extra.writer;
-  if (extra.checkpointId !== undefined) manifest.checkpoint_id = num(extra.checkpointId, 'checkpoint id');
-  if (extra.sequenceFrom !== undefined) manifest.sequence_from = num(extra.sequenceFrom, 'sequence number');
-  if (extra.sequenceTo !== undefined) manifest.sequence_to = num(extra.sequenceTo, 'sequence number');
-  if (extra.changes !== undefined) manifest.changes = extra.changes.map((c) => num(c, 'change index'));
-  return manifest;
-}
-
-function toHandle(m) {
-  return {
-    entries: m.entries.map((e) => ({
-      handle: { path: e.path, fileSize: BigInt(e.file_size) },
-      offset: BigInt(e.offset),
-      size: BigInt(e.size),
-    })),
-    keyGroupRange: { start: m.key_group_range.start, end: m.key_group_range.end },
-    stateSize: BigInt(m.state_size),
-    incrementalSize: BigInt(m.incremental_size),
-    storageId: m.storage_id,
-  };
+export function manifestJson(snapshot, extra = {}) {
+  const changes = extra.changes === undefined ? undefined : extra.changes.map((c) => int(c, 'change index'));
+  return records.manifestJson(snapshot, {
+    writer: extra.writer,
+    checkpointId: int(extra.checkpointId, 'checkpoint id', -(2n ** 63n)),
+    sequenceFrom: int(extra.sequenceFrom, 'sequence number'),
+    sequenceTo: int(extra.sequenceTo, 'sequence number'),
+    changes,
+  });
 }
 
 /**
  * Reads a manifest file back into handles.
  * @param {string} path
- * @returns {Promise<{manifest: object, remote: object, local: object|null}>}
- * @throws {ReadError}
+ * @returns {Promise<{remote: object, local: object|undefined, extra: {writer?: string, checkpointId?: bigint, sequenceFrom?: bigint, sequenceTo?: bigint, changes?: [bigint, bigint]}}>}
+ * @throws {ReadError} naming the file and what does not parse
  */
 export async function loadManifest(path) {
-  let manifest;
+  let text;
   try {
-    manifest = JSON.parse(await readFile(path, 'utf8'));
+    text = await readFile(path, 'utf8');
   } catch (e) {
-    throw new ReadError(`invalid manifest ${path}: ${e.message}`);
-  }
-  if (!manifest || !Array.isArray(manifest.entries) || !manifest.key_group_range) {
-    throw new ReadError(`invalid manifest ${path}: missing entries or key_group_range`);
+    throw new ReadError(`cannot read manifest ${path}: ${e.message}`);
   }
   try {
-    return { manifest, remote: toHandle(manifest), local: manifest.local ? toHandle(manifest.local) : null };
+    return records.parseManifest(text);
   } catch (e) {
-    throw new ReadError(`invalid manifest ${path}: ${e.message}`);
+    throw new ReadError(`invalid manifest ${path}: ${errorMessage(e)}`);
   }
 }
 
 /**
- * Writes `manifest` to `path` atomically (temporary file, fsync, rename, directory
- * fsync): a reader sees the old or the new one whole.
+ * Writes the manifest of `snapshot` (see {@link manifestJson}) to `path` atomically
+ * (temporary file, fsync, rename, directory fsync): a reader sees the old or the new one
+ * whole.
  */
-export async function storeManifest(path, manifest) {
+export async function storeManifest(path, snapshot, extra = {}) {
+  const json = manifestJson(snapshot, extra);
   const tmp = `${path}.tmp`;
   const handle = await open(tmp, 'w');
   try {
-    await handle.writeFile(`${JSON.stringify(manifest, null, 2)}\n`);
+    await handle.writeFile(json);
     await handle.sync();
   } finally {
     await handle.close();

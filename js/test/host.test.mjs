@@ -409,18 +409,37 @@ describe('recovery', () => {
   });
 
   test('manifests round-trip into handles; a bad manifest is a read error', async () => {
-    const { manifestFromSnapshot, storeManifest, loadManifest } = await import('../lib/index.mjs');
+    const { manifestJson, storeManifest, loadManifest } = await import('../lib/index.mjs');
     const storage = await open({ 'dstl.local-recovery.enabled': 'true' });
     const w = storage.createWriter('op', RANGE);
     w.append(3, Buffer.from('payload'));
     const snapshot = await w.persist(0, 1);
     const path = join(tempDir(), 'op.json');
-    await storeManifest(path, manifestFromSnapshot(snapshot, { writer: 'op', checkpointId: 1n }));
-    const { remote, local } = await loadManifest(path);
+    await storeManifest(path, snapshot, { writer: 'op', checkpointId: 1n, changes: [0, 1] });
+    const text = readFileSync(path, 'utf8');
+    assert.equal(text, manifestJson(snapshot, { writer: 'op', checkpointId: 1, changes: [0n, 1n] }));
+    assert.deepEqual(Object.keys(JSON.parse(text)), [
+      'storage_id',
+      'key_group_range',
+      'state_size',
+      'incremental_size',
+      'entries',
+      'local',
+      'writer',
+      'checkpoint_id',
+      'changes',
+    ]);
+    const { remote, local, extra } = await loadManifest(path);
+    assert.deepEqual(extra, { writer: 'op', checkpointId: 1n, sequenceFrom: undefined, sequenceTo: undefined, changes: [0n, 1n] });
     assert.deepEqual((await storage.read(remote)).map((c) => Buffer.from(c.value).toString()), ['payload']);
     assert.deepEqual((await storage.read(local)).map((c) => Buffer.from(c.value).toString()), ['payload']);
     writeFileSync(path, '{"entries": 7');
     await assert.rejects(loadManifest(path), (e) => e.kind === 'read' && e.message.startsWith(`invalid manifest ${path}`));
+    // A field of the wrong type is refused by name, as the Rust host refuses it.
+    writeFileSync(path, text.replace(/"state_size": \d+/, '"state_size": "big"'));
+    await assert.rejects(loadManifest(path), (e) => e.kind === 'read' && /invalid type: string "big"/.test(e.message));
+    await assert.rejects(loadManifest(join(tempDir(), 'none.json')), (e) => e.kind === 'read' && e.message.startsWith('cannot read manifest'));
+    assert.throws(() => manifestJson(snapshot, { sequenceFrom: -1 }), (e) => e.kind === 'host-invalid-argument' && /sequence number -1 is out of range/.test(e.message));
     w.close();
     await storage.close();
   });

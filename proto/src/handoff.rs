@@ -16,8 +16,9 @@
 //!
 //! The kinds of methods: inputs ([`HandOff::append`], [`HandOff::handed_over`],
 //! [`HandOff::rolled_over`], [`HandOff::persisted`]), whose return values are the
-//! outputs, and queries ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which a call per append is
-//! dear (one across WIT) reads the [`Budget`] after each hand-off and counts down.
+//! outputs, and queries ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which
+//! a call per append is dear (one across WIT) reads the [`Budget`] after each hand-off and
+//! counts down.
 
 use crate::types::WriterError;
 

@@ -14,6 +14,8 @@
 //! - [`ownership`]: who owns which file (reference counts, per-writer claims on local
 //!   copies): the rules that decide when a file may be deleted.
 //! - [`settings`]: the configuration keys, their defaults, value syntax and checks.
+//! - [`manifest`] and [`lease`]: the JSON records other tools and `dstl gc` read (a
+//!   snapshot's manifest; an open storage's lease on its job).
 //!
 //! `ARCHITECTURE.md` at the repository root describes how the pieces fit together.
 
@@ -22,6 +24,8 @@
 pub mod batch;
 pub mod codec;
 pub mod handoff;
+pub mod lease;
+pub mod manifest;
 pub mod ownership;
 pub mod retry;
 pub mod settings;

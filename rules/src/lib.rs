@@ -1,5 +1,6 @@
 //! The dstl rules component: exports the rules of file ownership (`ownership.rs`), the
-//! upload policy (`policy.rs`) and the configuration keys (`settings.rs`) of `dstl-proto`
+//! upload policy (`policy.rs`), the configuration keys (`settings.rs`) and the JSON
+//! records (`records.rs`: manifest and lease) of `dstl-proto`
 //! through the WIT world `dstl:changelog/rules`, for hosts that cannot link dstl-proto
 //! (the Node host). It imports nothing of dstl.
 //!
@@ -16,6 +17,8 @@ mod ownership;
 #[cfg(target_arch = "wasm32")]
 mod policy;
 #[cfg(target_arch = "wasm32")]
+mod records;
+#[cfg(target_arch = "wasm32")]
 mod settings;
 
 #[cfg(target_arch = "wasm32")]
@@ -31,7 +34,8 @@ mod component {
 
     dstl_proto::wit_conversions!(wit);
 
-    /// What the component exports (`settings.rs` implements the `settings` functions on it).
+    /// What the component exports (`settings.rs` and `records.rs` implement their
+    /// interfaces' functions on it).
     pub(crate) struct Component;
 
     impl OwnershipGuest for Component {

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dstl::manifest::ManifestFile;
 use dstl::{
     ChangelogHandle, ChangelogStorage, Config, ConfigError, Error, HandleEntry, KeyGroupRange,
     LocationError, ReadError, StreamHandle, Writer, WriterError, WriterOptions,

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use dstl::manifest::ManifestFile;
 use dstl::{S3Store, Store, Writer};
 use dstl_tests::harness::{RANGE, checkpoint, open_s3, payloads, remote_paths};
 use dstl_tests::seaweed::Seaweed;

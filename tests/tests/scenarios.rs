@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dstl::manifest::ManifestFile;
 use dstl::{ChangelogStorage, Error, KeyGroupRange, TrapKind, WriterError, WriterOptions};
 use dstl_tests::harness::{
     RANGE, break_dir, by_key_group, changes, files, open, path_strings, repair_dir, snapshot_paths,

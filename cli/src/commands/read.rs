@@ -4,7 +4,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use dstl::manifest::Manifest;
+use dstl::manifest::{Manifest, ManifestFile};
 
 use super::{ConfArgs, DEFAULT_DIR, hex};
 

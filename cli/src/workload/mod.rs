@@ -20,7 +20,7 @@ pub use density::{Density, density};
 use input::{Changes, Pool};
 pub use measure::{current_rss_mb, direct_baseline_mb_per_s, disk_baseline_mb_per_s, peak_rss_mb};
 
-use dstl::recovery::manifest::Manifest;
+use dstl::recovery::manifest::{Manifest, ManifestFile};
 use dstl::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
 
 /// What to run.

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::manifest::{Manifest, ManifestError};
+use super::manifest::{Manifest, ManifestError, ManifestFile};
 use crate::config::Config;
 use crate::store::lease::{CLOCK_SKEW, LEASE_DIR, LeaseRecord, is_lease_name, local_lease_dir};
 use crate::store::{Location, S3Error, S3Store, Store, StoredFile};

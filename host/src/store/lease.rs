@@ -1,84 +1,24 @@
 //! A storage's lease on its job: while a [`ChangelogStorage`](crate::ChangelogStorage) is
 //! open, a small file `<base>/<job>/leases/<id>.lease` says so, and `dstl gc` leaves
-//! alone every file of the job written since the lease was taken.
-//!
-//! Why: a writer keeps uploaded change sets for its next snapshot, and a file only gets a
-//! manifest once a checkpoint that names it completes. When no checkpoint completes for
-//! longer than gc's grace period (declined or aborted checkpoints, pre-emptive uploads, a
-//! slow coordinator), the file looks like an orphan by age alone, yet the next
-//! acknowledged checkpoint names it. A storage only ever holds files it wrote itself, so
-//! everything of the job modified since its lease was opened is what it may hold.
-//!
-//! The holder refreshes the lease's modification time every [`REFRESH`]; a lease not
-//! refreshed for its `expires_after` (a process that died without closing) no longer
-//! protects anything, and gc may remove it. Closing the storage removes the lease.
+//! alone every file of the job written since the lease was taken. The record, its terms
+//! and why there is one are dstl-proto's `lease`; this module writes, refreshes and
+//! removes the file.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+pub use dstl_proto::lease::{CLOCK_SKEW, LEASE_DIR, LEASE_SUFFIX, LeaseRecord, REFRESH};
 
 use super::{LocalStore, Location, S3Error, S3Settings, S3Store, Store, join_key};
 
-/// Directory of the leases, beside `dstl/` in a job's directory.
-pub const LEASE_DIR: &str = "leases";
-/// Suffix of a lease file.
-pub const LEASE_SUFFIX: &str = ".lease";
-/// How often the holder refreshes its lease.
-pub const REFRESH: Duration = Duration::from_secs(30);
-/// How long a lease protects the job's files after its last refresh: long enough that a
-/// process paused for minutes (a long GC pause, a stopped container) keeps its files.
-pub const EXPIRES_AFTER: Duration = Duration::from_secs(600);
-/// Clock difference between the lease's writer and the store tolerated by gc: files
-/// modified up to this long before the lease was opened are protected too.
-pub const CLOCK_SKEW: Duration = Duration::from_secs(300);
-
-/// What a lease file holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseRecord {
-    /// When the storage opened, in milliseconds since the Unix epoch (its clock).
-    pub opened_ms: u64,
-    /// How long the lease protects after its last refresh, in milliseconds.
-    pub expires_after_ms: u64,
-    /// The holder's process id, for people reading the file.
-    pub pid: u32,
-}
-
-impl LeaseRecord {
-    fn now() -> Self {
-        Self {
-            opened_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis() as u64,
-            expires_after_ms: EXPIRES_AFTER.as_millis() as u64,
-            pid: std::process::id(),
-        }
-    }
-
-    /// When the holder opened; the epoch for a time out of range (protecting everything
-    /// rather than failing on a damaged lease).
-    pub fn opened(&self) -> SystemTime {
-        UNIX_EPOCH
-            .checked_add(Duration::from_millis(self.opened_ms))
-            .unwrap_or(UNIX_EPOCH)
-    }
-
-    /// How long the lease protects after its last refresh.
-    pub fn expires_after(&self) -> Duration {
-        Duration::from_millis(self.expires_after_ms)
-    }
-
-    /// Parses a lease file. Unreadable content protects the whole job for the default
-    /// expiry (a lease that cannot be understood must not be ignored).
-    pub fn parse(bytes: &[u8]) -> Self {
-        serde_json::from_slice(bytes).unwrap_or(Self {
-            opened_ms: 0,
-            expires_after_ms: EXPIRES_AFTER.as_millis() as u64,
-            pid: 0,
-        })
-    }
+/// The record of a lease taken now by this process.
+fn record_now() -> LeaseRecord {
+    let opened_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    LeaseRecord::new(opened_ms, std::process::id())
 }
 
 /// Where a job's leases live.
@@ -122,7 +62,7 @@ impl Lease {
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<Self, LeaseError> {
         let name = format!("{}{LEASE_SUFFIX}", uuid::Uuid::new_v4());
-        let bytes = serde_json::to_vec(&LeaseRecord::now()).expect("a record serializes");
+        let bytes = record_now().to_json().into_bytes();
         let (dir, path) = match location {
             Location::Local(base) => {
                 let dir = local_lease_dir(base, job);
@@ -238,22 +178,6 @@ pub fn local_lease_dir(base: &Path, job: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_damaged_lease_protects_everything_instead_of_failing() {
-        let garbage = LeaseRecord::parse(b"{\"opened_ms\": ");
-        assert_eq!(garbage.opened(), UNIX_EPOCH);
-        assert_eq!(garbage.expires_after(), EXPIRES_AFTER);
-        let huge = LeaseRecord::parse(
-            format!(
-                "{{\"opened_ms\": {}, \"expires_after_ms\": 1, \"pid\": 1}}",
-                u64::MAX
-            )
-            .as_bytes(),
-        );
-        // Far in the future, without overflowing (gc treats that as damaged).
-        assert!(huge.opened() > SystemTime::now());
-    }
 
     #[test]
     fn lease_names_are_uuids_with_the_suffix() {
