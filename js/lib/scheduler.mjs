@@ -20,6 +20,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 
 import { CodecPool } from './codec-pool.mjs';
+import { errorMessage } from './component.mjs';
 
 /** The machines' time: whole milliseconds on the monotonic clock. */
 const now = () => BigInt(Math.floor(performance.now()));
@@ -366,13 +367,19 @@ export class Scheduler {
    * @returns {string|null} why the task was refused, or null
    */
   submit(writer, task) {
-    if (this.closed) return 'the changelog storage is closed';
     let size = 0;
     for (const changeSet of task.changeSets) size += Number(changeSet.size);
-    this.throttle.add(size);
     const number = this.nextNumber++;
+    let step;
+    try {
+      step = this.batcher.push(BigInt(number), BigInt(size), now());
+    } catch (refusal) {
+      // The batcher closed: it says why.
+      return errorMessage(refusal);
+    }
+    this.throttle.add(size);
     this.queued.set(number, { writer, task, size, done: this.outstanding.start() });
-    this.#apply(this.batcher.push(BigInt(number), BigInt(size), now()), true);
+    this.#apply(step, true);
     return null;
   }
 
@@ -458,14 +465,9 @@ export class Scheduler {
     this.closed = true;
     this.timer = arm(this.timer, undefined);
     for (const retry of this.retries.splice(0)) retry[Symbol.dispose]?.();
-    const batch = this.#take(this.batcher.take());
+    const { queued: numbers, cause } = this.batcher.close();
+    const batch = this.#take(numbers);
     this.throttle.close();
-    for (const queued of batch) {
-      this.#deliver(queued, {
-        kind: 'failed',
-        task: queued.task.id,
-        cause: 'the changelog storage was closed before the upload started',
-      });
-    }
+    for (const queued of batch) this.#deliver(queued, { kind: 'failed', task: queued.task.id, cause });
   }
 }

@@ -253,10 +253,7 @@ export class Writer {
     const kg = i32(keyGroup, 'key group');
     const v = bytes(value, 'value');
     const { start, end } = this.#config.keyGroupRange;
-    let problem = null;
-    if (kg < 0) problem = `key group ${kg} is negative; metadata changes go through append-meta`;
-    else if (kg < start || kg > end) problem = `key group ${kg} is outside the key-group range [${start}, ${end}] of writer ${this.name}`;
-    this.#buffered(kg, v, 'append', problem);
+    this.#buffered(kg, v, kg >= 0 && kg >= start && kg <= end, (live) => live.resource.append(kg, v));
   }
 
   /**
@@ -264,15 +261,25 @@ export class Writer {
    * @param {Uint8Array} value
    */
   appendMeta(value) {
-    this.#buffered(META_KEY_GROUP, bytes(value, 'value'), 'append-meta', null);
+    const v = bytes(value, 'value');
+    this.#buffered(META_KEY_GROUP, v, true, (live) => live.resource.appendMeta(v));
   }
 
-  /** Checks in the guest's order (a failed or closed writer first, then `problem`), then buffers. */
-  #buffered(keyGroup, value, operation, problem) {
+  /**
+   * Buffers an append whose key group is `valid` for this writer. One the writer refuses
+   * (a key group it does not own, or any append after close) goes to the guest at once
+   * through `direct`, after what is buffered: the guest's own checks decide and word
+   * the refusal, so this host has no second copy of them.
+   */
+  #buffered(keyGroup, value, valid, direct) {
     this.#enter();
     if (!this.#live) throw this.#trappedError();
-    if (this.#closed) throw new WriterError(this.name, 'closed', `${operation} on writer ${this.name} after it was closed`);
-    if (problem) throw new WriterError(this.name, 'invalid-argument', problem);
+    if (this.#closed || !valid) {
+      this.#callWith(direct);
+      return;
+    }
+    // A value the format cannot hold never enters the sandbox: copying it there could
+    // exhaust the writer's memory and trap it instead of refusing the append.
     if (value.length > I32_MAX) {
       throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
     }

@@ -59,7 +59,7 @@ test('a retry machine starts a speculative attempt at the timeout and words the 
   }
 });
 
-test('a batcher holds tasks for the delay, sends them at the size threshold, and a large one at once', async () => {
+test('a batcher holds tasks for the delay, sends them at the size threshold, and a large one at once; closed, it refuses', async () => {
   const storage = await open();
   try {
     const batcher = new storage.ownership.policy.Batcher(10n, 1000n);
@@ -74,7 +74,10 @@ test('a batcher holds tasks for the delay, sends them at the size threshold, and
     assert.equal(batcher.push(5n, 100n, 30n).leaving, undefined);
     assert.deepEqual(step(batcher.push(6n, 500n, 31n)).leaving, [5n, 6n], 'half the threshold leaves at once, with what waited');
     assert.equal(batcher.push(7n, 1n, 40n).leaving, undefined);
-    assert.deepEqual([...batcher.take()], [7n]);
+    const { queued, cause } = batcher.close();
+    assert.deepEqual([...queued], [7n]);
+    assert.equal(cause, 'the changelog storage was closed before the upload started');
+    assert.throws(() => batcher.push(8n, 1n, 50n), (e) => e === 'the changelog storage is closed', 'refused once closed');
   } finally {
     await storage.close();
   }

@@ -9,14 +9,28 @@
 //! The kinds of methods, as in quinn-proto's `Connection`:
 //!
 //! - **inputs**: [`Batcher::push`] (a task arrives), [`Batcher::handle_timeout`] (the
-//!   time [`Batcher::poll_timeout`] named has come), [`Batcher::take`] (the scheduler
+//!   time [`Batcher::poll_timeout`] named has come), [`Batcher::close`] (the scheduler
 //!   closes); each returns the batch that leaves, the output;
 //! - **timers**: [`Batcher::poll_timeout`];
-//! - **queries**: [`Batcher::len`], [`Batcher::is_empty`].
+//! - **queries**: [`Batcher::len`], [`Batcher::is_empty`], [`Batcher::is_closed`].
+//!
+//! Once closed, a batcher refuses every task, and the tasks it held never leave: both
+//! fail with a [`Closed`], worded here for every host.
 
 use std::time::{Duration, Instant};
 
 use crate::time::Time;
+
+/// Why a task fails because its scheduler closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Closed {
+    /// The task arrived after the scheduler closed: it was not accepted.
+    #[error("the changelog storage is closed")]
+    Refused,
+    /// The task was queued when the scheduler closed: it never left.
+    #[error("the changelog storage was closed before the upload started")]
+    BeforeUpload,
+}
 
 /// Queued items of type `I` and when they must leave, on instants of type `T` (see
 /// [`crate::time`]).
@@ -27,6 +41,7 @@ pub struct Batcher<I, T: Time = Instant> {
     queue: Vec<I>,
     bytes: u64,
     deadline: Option<T>,
+    closed: bool,
 }
 
 impl<I, T: Time> Batcher<I, T> {
@@ -40,21 +55,26 @@ impl<I, T: Time> Batcher<I, T> {
             queue: Vec::new(),
             bytes: 0,
             deadline: None,
+            closed: false,
         }
     }
 
-    /// Input: queues `item` of `size` bytes at `now`; returns the batch if it must leave now.
-    pub fn push(&mut self, item: I, size: u64, now: T) -> Option<Vec<I>> {
+    /// Input: queues `item` of `size` bytes at `now`; returns the batch if it must leave
+    /// now. After [`Batcher::close`] the item is refused ([`Closed::Refused`]) and dropped.
+    pub fn push(&mut self, item: I, size: u64, now: T) -> Result<Option<Vec<I>>, Closed> {
+        if self.closed {
+            return Err(Closed::Refused);
+        }
         self.queue.push(item);
         self.bytes = self.bytes.saturating_add(size);
         if self.delay.is_zero()
             || self.bytes >= self.size_threshold
             || size.saturating_mul(2) >= self.size_threshold
         {
-            return Some(self.take());
+            return Ok(Some(self.take()));
         }
         self.deadline.get_or_insert(now + self.delay);
-        None
+        Ok(None)
     }
 
     /// Timer: when the queued batch must leave, if anything waits for the time.
@@ -70,8 +90,14 @@ impl<I, T: Time> Batcher<I, T> {
         }
     }
 
-    /// Input: takes everything queued (the scheduler is closing).
-    pub fn take(&mut self) -> Vec<I> {
+    /// Input: the scheduler closes. Returns what was queued, which never leaves: each
+    /// fails with [`Closed::BeforeUpload`]; later items are refused.
+    pub fn close(&mut self) -> Vec<I> {
+        self.closed = true;
+        self.take()
+    }
+
+    fn take(&mut self) -> Vec<I> {
         self.bytes = 0;
         self.deadline = None;
         std::mem::take(&mut self.queue)
@@ -85,6 +111,11 @@ impl<I, T: Time> Batcher<I, T> {
     /// Query: whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Query: whether [`Batcher::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed
     }
 }
 
@@ -102,16 +133,16 @@ mod tests {
         let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_millis(10), 1000);
         assert_eq!(b.poll_timeout(), None);
-        assert_eq!(b.push("a", 1, t0), None);
+        assert_eq!(b.push("a", 1, t0), Ok(None));
         assert_eq!(b.poll_timeout(), Some(at(t0, 10)));
         // A later item does not move the deadline.
-        assert_eq!(b.push("b", 1, at(t0, 7)), None);
+        assert_eq!(b.push("b", 1, at(t0, 7)), Ok(None));
         assert_eq!(b.poll_timeout(), Some(at(t0, 10)));
         assert_eq!(b.handle_timeout(at(t0, 9)), None);
         assert_eq!(b.handle_timeout(at(t0, 10)), Some(vec!["a", "b"]));
         assert_eq!((b.poll_timeout(), b.len()), (None, 0));
         // The next batch starts its own delay.
-        assert_eq!(b.push("c", 1, at(t0, 30)), None);
+        assert_eq!(b.push("c", 1, at(t0, 30)), Ok(None));
         assert_eq!(b.poll_timeout(), Some(at(t0, 40)));
     }
 
@@ -119,41 +150,52 @@ mod tests {
     fn a_batch_leaves_at_once_when_it_reaches_the_size_threshold() {
         let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_secs(3600), 10);
-        assert_eq!(b.push(1, 4, t0), None);
-        assert_eq!(b.push(2, 4, t0), None);
-        assert_eq!(b.push(3, 2, t0), Some(vec![1, 2, 3]));
+        assert_eq!(b.push(1, 4, t0), Ok(None));
+        assert_eq!(b.push(2, 4, t0), Ok(None));
+        assert_eq!(b.push(3, 2, t0), Ok(Some(vec![1, 2, 3])));
         assert_eq!(b.poll_timeout(), None);
         // One item above the threshold leaves alone.
-        assert_eq!(b.push(4, 11, t0), Some(vec![4]));
+        assert_eq!(b.push(4, 11, t0), Ok(Some(vec![4])));
     }
 
     #[test]
     fn an_item_of_half_the_threshold_does_not_wait_for_company() {
         let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_secs(3600), 10);
-        assert_eq!(b.push(1, 1, t0), None);
+        assert_eq!(b.push(1, 1, t0), Ok(None));
         // Worth a file of its own: it leaves at once, with what waited.
-        assert_eq!(b.push(2, 5, t0), Some(vec![1, 2]));
-        assert_eq!(b.push(3, 4, t0), None);
+        assert_eq!(b.push(2, 5, t0), Ok(Some(vec![1, 2])));
+        assert_eq!(b.push(3, 4, t0), Ok(None));
     }
 
     #[test]
     fn zero_delay_or_threshold_sends_every_item_alone() {
         let t0 = Millis(0);
         let mut no_delay = Batcher::new(Duration::ZERO, 1 << 20);
-        assert_eq!(no_delay.push('x', 1, t0), Some(vec!['x']));
+        assert_eq!(no_delay.push('x', 1, t0), Ok(Some(vec!['x'])));
         let mut no_threshold = Batcher::new(Duration::from_secs(1), 0);
-        assert_eq!(no_threshold.push('y', 0, t0), Some(vec!['y']));
+        assert_eq!(no_threshold.push('y', 0, t0), Ok(Some(vec!['y'])));
     }
 
     #[test]
-    fn take_empties_the_queue() {
+    fn close_returns_what_waited_and_refuses_what_comes_after() {
         let t0 = Millis(0);
         let mut b = Batcher::new(Duration::from_millis(5), 100);
-        b.push(1, 1, t0);
-        b.push(2, 1, t0);
-        assert_eq!(b.take(), vec![1, 2]);
+        assert_eq!(b.push(1, 1, t0), Ok(None));
+        assert_eq!(b.push(2, 1, t0), Ok(None));
+        assert_eq!(b.close(), vec![1, 2]);
         assert_eq!((b.len(), b.poll_timeout()), (0, None));
         assert_eq!(b.handle_timeout(at(t0, 100)), None);
+        assert_eq!(b.push(3, 1, t0), Err(Closed::Refused));
+        assert_eq!(b.push(4, 1000, t0), Err(Closed::Refused));
+        assert!(b.is_empty() && b.is_closed());
+        assert_eq!(
+            Closed::Refused.to_string(),
+            "the changelog storage is closed"
+        );
+        assert_eq!(
+            Closed::BeforeUpload.to_string(),
+            "the changelog storage was closed before the upload started"
+        );
     }
 }

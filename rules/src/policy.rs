@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
-use dstl_proto::batch::Batcher;
+use dstl_proto::batch::{Batcher, Closed};
 use dstl_proto::handoff::{Budget, HandOff};
 use dstl_proto::retry::{Action, AttemptResult, Outcome, Retry, RetryPolicy};
 use dstl_proto::settings::RetryPolicyKind;
@@ -111,10 +111,12 @@ impl GuestBatcher for BatcherResource {
         )))
     }
 
-    fn push(&self, item: u64, size: u64, now: u64) -> wit::BatchStep {
+    fn push(&self, item: u64, size: u64, now: u64) -> Result<wit::BatchStep, String> {
         let mut batcher = self.0.borrow_mut();
-        let leaving = batcher.push(item, size, Millis(now));
-        step(&batcher, leaving)
+        let leaving = batcher
+            .push(item, size, Millis(now))
+            .map_err(|closed| closed.to_string())?;
+        Ok(step(&batcher, leaving))
     }
 
     fn handle_timeout(&self, now: u64) -> wit::BatchStep {
@@ -123,8 +125,11 @@ impl GuestBatcher for BatcherResource {
         step(&batcher, leaving)
     }
 
-    fn take(&self) -> Vec<u64> {
-        self.0.borrow_mut().take()
+    fn close(&self) -> wit::Closing {
+        wit::Closing {
+            queued: self.0.borrow_mut().close(),
+            cause: Closed::BeforeUpload.to_string(),
+        }
     }
 }
 

@@ -66,14 +66,14 @@ pub enum UploadError {
     },
     /// The task was scheduled after [`crate::ChangelogStorage::close`] began, or its
     /// writer was waiting for in-flight capacity when it did: it was not accepted.
-    #[error("the changelog storage is closed")]
+    #[error("{}", dstl_proto::batch::Closed::Refused)]
     StorageClosed,
     /// The writer was closed while its task waited for in-flight capacity: it was not
     /// accepted.
     #[error("the writer was closed while its upload waited for in-flight capacity")]
     WriterClosed,
     /// The storage closed while the task waited in the queue for its batch.
-    #[error("the changelog storage was closed before the upload started")]
+    #[error("{}", dstl_proto::batch::Closed::BeforeUpload)]
     ClosedBeforeStart,
     /// The storage closed and stopped waiting for the task's running upload after the
     /// grace period of close (`max-attempts × timeout`, at least 5 s).

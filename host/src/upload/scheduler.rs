@@ -84,7 +84,6 @@ struct Queued {
 
 struct Queue {
     batcher: Batcher<Queued>,
-    closed: bool,
 }
 
 /// How a scheduler batches, retries and limits uploads.
@@ -147,7 +146,6 @@ impl Scheduler {
             policy: settings.policy,
             queue: Mutex::new(Queue {
                 batcher: Batcher::new(settings.delay, settings.size_threshold),
-                closed: false,
             }),
             timer: Arc::new(Notify::new()),
             throttle: Throttle::new(settings.max_in_flight),
@@ -174,7 +172,7 @@ impl Scheduler {
             };
             let deadline = {
                 let queue = scheduler.queue.lock().unwrap();
-                if queue.closed {
+                if queue.batcher.is_closed() {
                     return;
                 }
                 queue.batcher.poll_timeout()
@@ -227,11 +225,6 @@ impl Scheduler {
                 Refused::Cancelled => UploadError::WriterClosed,
             })?;
         let mut queue = self.queue.lock().unwrap();
-        if queue.closed {
-            drop(queue);
-            self.throttle.release(size);
-            return Err(UploadError::StorageClosed);
-        }
         let queued = Queued {
             recipient: Recipient {
                 sink,
@@ -243,8 +236,13 @@ impl Scheduler {
             task,
         };
         let had_deadline = queue.batcher.poll_timeout().is_some();
+        let Ok(batch) = queue.batcher.push(queued, size, Instant::now()) else {
+            // Closed: the batcher dropped the task.
+            drop(queue);
+            self.throttle.release(size);
+            return Err(UploadError::StorageClosed);
+        };
         self.metrics.upload_queue.increment(1.0);
-        let batch = queue.batcher.push(queued, size, Instant::now());
         let new_deadline = !had_deadline && queue.batcher.poll_timeout().is_some();
         drop(queue);
         if let Some(batch) = batch {
@@ -461,11 +459,7 @@ impl Scheduler {
     /// Fails queued tasks with a closed error and wakes writers waiting for capacity.
     /// Batches already running finish and deliver as usual.
     pub fn close(&self) {
-        let batch = {
-            let mut queue = self.queue.lock().unwrap();
-            queue.closed = true;
-            queue.batcher.take()
-        };
+        let batch = { self.queue.lock().unwrap().batcher.close() };
         self.metrics.upload_queue.decrement(batch.len() as f64);
         self.timer.notify_one();
         self.throttle.close();
