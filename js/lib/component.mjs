@@ -288,6 +288,12 @@ export function errorMessage(error) {
   return typeof error === 'string' ? error : String(error?.message ?? error);
 }
 
+/**
+ * The memory cap of a rules instance: what it holds grows with its input (files tracked,
+ * a manifest's entries), so it is bounded only by wasm32; a cap is not a reservation.
+ */
+export const RULES_MEMORY_LIMIT = 4 * 2 ** 30;
+
 let sharedRulesInstance = null;
 
 /**
@@ -299,7 +305,7 @@ let sharedRulesInstance = null;
  */
 export function sharedRules() {
   if (!sharedRulesInstance) {
-    sharedRulesInstance = loadRules().then((rules) => rules.instantiate(wasiImports(new Capture()), 16 * 2 ** 20));
+    sharedRulesInstance = loadRules().then((rules) => rules.instantiate(wasiImports(new Capture()), RULES_MEMORY_LIMIT));
     sharedRulesInstance.catch(() => {
       sharedRulesInstance = null;
     });

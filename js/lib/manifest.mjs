@@ -32,7 +32,16 @@ function int(value, what, min = 0n) {
  * @throws {InvalidArgumentError} when an extra field is not a whole number in range
  */
 export function manifestJson(snapshot, extra = {}) {
-  const changes = extra.changes === undefined ? undefined : extra.changes.map((c) => int(c, 'change index'));
+  if (extra.writer !== undefined && typeof extra.writer !== 'string') {
+    throw new InvalidArgumentError(`the writer of a manifest must be a string, got ${typeof extra.writer}`);
+  }
+  let changes;
+  if (extra.changes !== undefined) {
+    if (!Array.isArray(extra.changes) || extra.changes.length !== 2) {
+      throw new InvalidArgumentError('the changes of a manifest must be a pair [first, end]');
+    }
+    changes = extra.changes.map((c) => int(c, 'change index'));
+  }
   return records.manifestJson(snapshot, {
     writer: extra.writer,
     checkpointId: int(extra.checkpointId, 'checkpoint id', -(2n ** 63n)),

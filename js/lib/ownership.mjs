@@ -8,10 +8,8 @@
 // A writer's imports call this instance while that writer's guest is running, which is no
 // re-entry: it is an instance of another component.
 
+import { RULES_MEMORY_LIMIT } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
-
-/** Ownership records grow with the files tracked: bounded only by wasm32. */
-const MEMORY_LIMIT = 4 * 2 ** 30;
 
 /** Counts background jobs (uploads, deletions) so callers can await idleness. */
 export class Outstanding {
@@ -79,7 +77,7 @@ export class Ownership {
    * @param {(level: string, message: string) => void} log
    */
   constructor(rules, discarder, log) {
-    this.root = rules.instantiate(wasiImports(new Capture()), MEMORY_LIMIT);
+    this.root = rules.instantiate(wasiImports(new Capture()), RULES_MEMORY_LIMIT);
     /** The upload policy (WIT `policy`), whose machines live in the same instance. */
     this.policy = this.root.policy;
     this.refs = new this.root.ownership.TaskRefs();

@@ -440,6 +440,15 @@ describe('recovery', () => {
     await assert.rejects(loadManifest(path), (e) => e.kind === 'read' && /invalid type: string "big"/.test(e.message));
     await assert.rejects(loadManifest(join(tempDir(), 'none.json')), (e) => e.kind === 'read' && e.message.startsWith('cannot read manifest'));
     assert.throws(() => manifestJson(snapshot, { sequenceFrom: -1 }), (e) => e.kind === 'host-invalid-argument' && /sequence number -1 is out of range/.test(e.message));
+    assert.throws(() => manifestJson(snapshot, { changes: [1] }), (e) => e.kind === 'host-invalid-argument' && /a pair/.test(e.message));
+    // A snapshot of many change sets: the JSON (about 10 MB) goes through the rules
+    // component, whose memory grows with it.
+    const entry = snapshot.remote.entries[0];
+    const many = { ...snapshot.remote, entries: Array.from({ length: 100_000 }, (_, i) => ({ ...entry, offset: BigInt(i) })) };
+    await storeManifest(path, { remote: many, local: undefined });
+    const back = await loadManifest(path);
+    assert.equal(back.remote.entries.length, 100_000);
+    assert.equal(back.remote.entries[99_999].offset, 99_999n);
     w.close();
     await storage.close();
   });
