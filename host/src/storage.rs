@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use dstl_proto::codec::Change;
 use dstl_proto::types::{ChangelogHandle, KeyGroupRange, WriterConfig};
+use dstl_proto::writer_request::WriterRequest;
 
 use crate::background::Outstanding;
 use crate::config::Config;
@@ -299,39 +300,18 @@ impl ChangelogStorage {
         key_groups: KeyGroupRange,
         options: WriterOptions,
     ) -> Result<Writer, Error> {
-        if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
-            return Err(Error::InvalidArgument(format!(
-                "invalid writer name {name:?}: need 1 to 256 characters and no control characters"
-            )));
+        WriterRequest {
+            name,
+            key_group_range: key_groups,
+            memory_limit: options
+                .memory_limit
+                .unwrap_or(self.services.config.writer_memory_limit),
+            call_timeout: options
+                .call_timeout
+                .unwrap_or(self.services.config.writer_call_timeout),
         }
-        if key_groups.start < 0 || key_groups.start > key_groups.end {
-            return Err(Error::InvalidArgument(format!(
-                "invalid key-group range [{}, {}] for writer {name}: need 0 <= start <= end",
-                key_groups.start, key_groups.end
-            )));
-        }
-        if let Some(limit) = options.memory_limit
-            && limit > self.services.config.writer_memory_limit
-        {
-            return Err(Error::InvalidArgument(format!(
-                "memory limit {limit} of writer {name} exceeds the storage's dstl.writer.memory-limit {}",
-                self.services.config.writer_memory_limit
-            )));
-        }
-        if let Some(limit) = options.memory_limit
-            && limit < (2 << 20)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "memory limit {limit} of writer {name} is below 2 MiB (2097152 bytes), the least a writer starts with"
-            )));
-        }
-        if let Some(timeout) = options.call_timeout
-            && timeout < std::time::Duration::from_millis(1)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "call timeout {timeout:?} of writer {name} is below 1 ms"
-            )));
-        }
+        .check(self.services.config.writer_memory_limit)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         if self.closing.closed.load(Ordering::Acquire) {
             return Err(Error::InvalidArgument(format!(
                 "cannot create writer {name}: the storage is closed"

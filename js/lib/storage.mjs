@@ -3,7 +3,7 @@
 
 import { ComponentCodec } from './codec.mjs';
 import { Config } from './config.mjs';
-import { loadComponent, loadRules } from './component.mjs';
+import { errorMessage, loadComponent, loadRules } from './component.mjs';
 import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
 import { readHandle } from './reader.mjs';
 import { Discarder, Outstanding, Ownership } from './ownership.mjs';
@@ -45,6 +45,8 @@ export class ChangelogStorage {
     const discarder = new Discarder(stores, this.outstanding, log);
     /** Who owns which file: the rules component's instance. */
     this.ownership = new Ownership(rules, discarder, log);
+    /** That instance's exports: also the writer checks (`settings.checkWriter`). */
+    this.rules = this.ownership.root;
     /** @type {Set<Writer>} */
     this.writers = new Set();
     /**
@@ -132,19 +134,29 @@ export class ChangelogStorage {
    * @throws {InvalidArgumentError|TrappedError}
    */
   createWriter(name, keyGroupRange, options = {}) {
-    if (typeof name !== 'string' || name.length === 0 || name.length > 256 || /\p{Cc}/u.test(name)) {
-      throw new InvalidArgumentError(`invalid writer name ${JSON.stringify(name)}: need 1 to 256 characters and no control characters`);
-    }
+    if (typeof name !== 'string') throw new InvalidArgumentError(`a writer's name must be a string, got ${typeof name}`);
     const { start, end } = keyGroupRange ?? {};
-    if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || start > end || end > 2147483647) {
-      throw new InvalidArgumentError(`invalid key-group range [${start}, ${end}] for writer ${name}: need 0 <= start <= end`);
+    const i32 = (v) => Number.isInteger(v) && v >= -2147483648 && v <= 2147483647;
+    if (!i32(start) || !i32(end)) {
+      throw new InvalidArgumentError(`invalid key-group range [${start}, ${end}] for writer ${name}: need two 32-bit integers`);
     }
     const memoryLimit = options.memoryLimit ?? this.config.writerMemoryLimit;
-    if (!Number.isSafeInteger(memoryLimit) || memoryLimit > this.config.writerMemoryLimit) {
-      throw new InvalidArgumentError(`memory limit ${memoryLimit} of writer ${name} exceeds the storage's dstl.writer.memory-limit ${this.config.writerMemoryLimit}`);
+    if (!Number.isSafeInteger(memoryLimit) || memoryLimit < 0) {
+      throw new InvalidArgumentError(`memory limit ${memoryLimit} of writer ${name} must be a whole number of bytes`);
     }
     const callTimeoutMs = options.callTimeoutMs ?? this.config.writerCallTimeoutMs;
-    if (!(callTimeoutMs > 0)) throw new InvalidArgumentError(`call timeout ${callTimeoutMs} of writer ${name} must be above 0 ms`);
+    if (!Number.isFinite(callTimeoutMs) || callTimeoutMs < 0) {
+      throw new InvalidArgumentError(`call timeout ${callTimeoutMs} of writer ${name} must be a number of milliseconds`);
+    }
+    // The rules every host applies (dstl-proto's `writer_request`), in its words.
+    try {
+      this.rules.settings.checkWriter(
+        { name, keyGroupRange: { start, end }, memoryLimit: BigInt(memoryLimit), callTimeoutNanos: BigInt(Math.round(callTimeoutMs * 1e6)) },
+        BigInt(this.config.writerMemoryLimit),
+      );
+    } catch (e) {
+      throw new InvalidArgumentError(errorMessage(e));
+    }
     if (this.closed) throw new InvalidArgumentError(`cannot create writer ${name}: the storage is closed`);
     const config = {
       name,

@@ -269,6 +269,17 @@ describe('the JS API', () => {
     assert.throws(() => w.appendBatch([1], [1.5], Buffer.from('x')), /length \[0\] must be an unsigned 32-bit integer/);
     assert.throws(() => storage.createWriter('op', { start: '0', end: 5 }), /invalid key-group range/);
     assert.throws(() => storage.createWriter('op', RANGE, { memoryLimit: 2 ** 40 }), /exceeds the storage's dstl.writer.memory-limit/);
+    // The writer rules are dstl-proto's, as the Rust host applies them (in its words).
+    assert.throws(
+      () => storage.createWriter('op', RANGE, { memoryLimit: 2 ** 20 }),
+      (e) => e.kind === 'host-invalid-argument' && e.message === 'memory limit 1048576 of writer op is below 2 MiB (2097152 bytes), the least a writer starts with',
+    );
+    assert.throws(
+      () => storage.createWriter('op', RANGE, { callTimeoutMs: 0.5 }),
+      (e) => e.kind === 'host-invalid-argument' && e.message === 'call timeout 500µs of writer op is below 1 ms',
+    );
+    assert.throws(() => storage.createWriter(7, RANGE), (e) => e.kind === 'host-invalid-argument' && /must be a string, got number/.test(e.message));
+    assert.throws(() => storage.createWriter('x'.repeat(257), RANGE), /invalid writer name/);
     // Numbers and BigInts both work; sequence numbers come back as BigInts.
     w.append(1, Buffer.from('x'));
     assert.equal(w.nextSequenceNumber(), 1n);

@@ -14,6 +14,8 @@
 //! - [`ownership`]: who owns which file (reference counts, per-writer claims on local
 //!   copies): the rules that decide when a file may be deleted.
 //! - [`settings`]: the configuration keys, their defaults, value syntax and checks.
+//! - [`writer_request`]: what a host checks before it creates a writer (name, key
+//!   groups, sandbox limits).
 //! - [`manifest`] and [`lease`]: the JSON records other tools and `dstl gc` read (a
 //!   snapshot's manifest; an open storage's lease on its job).
 //!
@@ -33,3 +35,4 @@ pub mod time;
 pub mod types;
 pub mod wit;
 pub mod writer;
+pub mod writer_request;

@@ -120,13 +120,8 @@ pub struct Writer {
 impl Writer {
     /// A new writer at sequence number 0.
     pub fn new(config: WriterConfig) -> Result<Self, WriterError> {
-        let range = config.key_group_range;
-        if range.start < 0 || range.start > range.end {
-            return Err(WriterError::InvalidArgument(format!(
-                "invalid key-group range [{}, {}] for writer {}: need 0 <= start <= end",
-                range.start, range.end, config.name
-            )));
-        }
+        crate::writer_request::check_key_group_range(&config.name, config.key_group_range)
+            .map_err(|e| WriterError::InvalidArgument(e.to_string()))?;
         Ok(Self {
             config,
             active_sqn: 0,

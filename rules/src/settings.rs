@@ -2,10 +2,13 @@
 //! keys, their defaults, syntax and checks, for hosts that cannot link dstl-proto (the
 //! Node host). Conversions only.
 
-use dstl_proto::settings::{self, Setting, Value};
+use std::time::Duration;
 
-use crate::component::Component;
+use dstl_proto::settings::{self, Setting, Value};
+use dstl_proto::writer_request::WriterRequest;
+
 use crate::component::exports::dstl::changelog::settings as wit;
+use crate::component::{Component, from_wit_range};
 
 fn to_wit(setting: Setting) -> wit::Setting {
     let value = match setting.value() {
@@ -22,7 +25,7 @@ fn to_wit(setting: Setting) -> wit::Setting {
 }
 
 /// Nanoseconds, saturating at 584 years (beyond any timeout a host can arm).
-fn nanos(d: std::time::Duration) -> u64 {
+fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
@@ -47,5 +50,16 @@ impl wit::Guest for Component {
 
     fn parse_duration(value: String) -> Option<u64> {
         settings::parse_duration(&value).map(nanos)
+    }
+
+    fn check_writer(request: wit::WriterRequest, storage_memory_limit: u64) -> Result<(), String> {
+        WriterRequest {
+            name: &request.name,
+            key_group_range: from_wit_range(request.key_group_range),
+            memory_limit: request.memory_limit,
+            call_timeout: Duration::from_nanos(request.call_timeout_nanos),
+        }
+        .check(storage_memory_limit)
+        .map_err(|e| e.to_string())
     }
 }
