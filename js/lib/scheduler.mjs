@@ -136,9 +136,19 @@ export function execute(retry, first, pool, attempt, discard, onFinished = () =>
     const spawn = (n) => {
       running++;
       // An attempt that waited for a slot asks whether it may still run (its deadline or
-      // the decision may have passed meanwhile); one that did not wait starts as named.
+      // the decision may have passed meanwhile); if not, the machine words the cause.
+      // One that did not wait starts as named.
       pool
-        .run((waited) => (!waited || retry.mayStart(n) ? attempt(n) : Promise.reject(fatal(`attempt ${n} timed out before it started`))))
+        .run((waited) => {
+          if (waited) {
+            try {
+              retry.mayStart(n);
+            } catch (cause) {
+              return Promise.reject(fatal(errorMessage(cause)));
+            }
+          }
+          return attempt(n);
+        })
         .then(
           (result) => {
             running--;

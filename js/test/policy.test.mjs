@@ -34,8 +34,8 @@ test('a retry machine starts a speculative attempt at the timeout and words the 
     assert.deepEqual(step(retry.poll()).start, [], 'an attempt to start is named once');
     assert.deepEqual(step(retry.handleTimeout(999n)), { start: [], outcome: undefined, timeout: 1000n }, 'not before the deadline');
     assert.deepEqual(step(retry.handleTimeout(1000n)).start, [2], 'attempt 2 beside the hung attempt 1');
-    assert.equal(retry.mayStart(1), false);
-    assert.equal(retry.mayStart(2), true);
+    assert.throws(() => retry.mayStart(1), (cause) => cause === 'attempt 1 timed out before it started', 'worded by the machine');
+    assert.equal(retry.mayStart(2), undefined, 'attempt 2 may start');
     const failed = { tag: 'failed', val: 'upload failed after 2 attempts; last: attempt 2 timed out after 1000 ms' };
     assert.deepEqual(step(retry.handleTimeout(2000n)), { start: [], outcome: failed, timeout: undefined });
     // A result after the decision loses.

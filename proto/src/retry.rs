@@ -149,6 +149,13 @@ impl Outcome {
     }
 }
 
+/// The cause an attempt is reported with when it may no longer start
+/// ([`Retry::may_start`]: it waited for a thread past its deadline, or the upload was
+/// decided meanwhile).
+pub fn not_started_message(attempt: u32) -> String {
+    format!("attempt {attempt} timed out before it started")
+}
+
 /// An upload whose last attempt, `attempt` of `attempts` started, failed with `cause`.
 pub fn failed_message(attempts: u32, attempt: u32, cause: &dyn std::fmt::Display) -> String {
     format!("upload failed after {attempts} attempts; last: attempt {attempt}: {cause}")

@@ -77,8 +77,12 @@ impl GuestRetry for RetryResource {
         self.step()
     }
 
-    fn may_start(&self, attempt: u32) -> bool {
-        self.0.borrow().0.may_start(attempt)
+    fn may_start(&self, attempt: u32) -> Result<(), String> {
+        if self.0.borrow().0.may_start(attempt) {
+            Ok(())
+        } else {
+            Err(dstl_proto::retry::not_started_message(attempt))
+        }
     }
 }
 

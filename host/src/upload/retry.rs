@@ -131,8 +131,8 @@ where
                 if live.load(Ordering::SeqCst) != n {
                     return (
                         n,
-                        Err(AttemptError::Fatal(format!(
-                            "attempt {n} timed out before it started"
+                        Err(AttemptError::Fatal(dstl_proto::retry::not_started_message(
+                            n,
                         ))),
                     );
                 }
