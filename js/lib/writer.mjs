@@ -274,14 +274,14 @@ export class Writer {
   #buffered(keyGroup, value, valid, direct) {
     this.#enter();
     if (!this.#live) throw this.#trappedError();
+    // A value the format cannot hold never enters the sandbox, not even to be refused:
+    // copying it there could exhaust the writer's memory and trap it.
+    if (value.length > I32_MAX) {
+      throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
+    }
     if (this.#closed || !valid) {
       this.#callWith(direct);
       return;
-    }
-    // A value the format cannot hold never enters the sandbox: copying it there could
-    // exhaust the writer's memory and trap it instead of refusing the append.
-    if (value.length > I32_MAX) {
-      throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
     }
     const budget = this.#currentBudget();
     if (value.length >= budget.aloneAt) {
