@@ -292,7 +292,17 @@ export function errorMessage(error) {
  * The memory cap of a rules instance: what it holds grows with its input (files tracked,
  * a manifest's entries), so it is bounded only by wasm32; a cap is not a reservation.
  */
-export const RULES_MEMORY_LIMIT = 4 * 2 ** 30;
+const RULES_MEMORY_LIMIT = 4 * 2 ** 30;
+
+/**
+ * A new instance of the rules component (see {@link loadRules}).
+ *
+ * @param {Component} rules
+ * @returns {object} its exports (`ownership`, `policy`, `settings`, `records`)
+ */
+export function instantiateRules(rules) {
+  return rules.instantiate(wasiImports(new Capture()), RULES_MEMORY_LIMIT);
+}
 
 let sharedRulesInstance = null;
 
@@ -305,7 +315,7 @@ let sharedRulesInstance = null;
  */
 export function sharedRules() {
   if (!sharedRulesInstance) {
-    sharedRulesInstance = loadRules().then((rules) => rules.instantiate(wasiImports(new Capture()), RULES_MEMORY_LIMIT));
+    sharedRulesInstance = loadRules().then(instantiateRules);
     sharedRulesInstance.catch(() => {
       sharedRulesInstance = null;
     });

@@ -5,31 +5,19 @@
 import { open, readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
+import { s64, u64 } from './args.mjs';
 import { errorMessage, sharedRules } from './component.mjs';
 import { InvalidArgumentError, ReadError } from './errors.mjs';
 import { syncDir } from './store.mjs';
 
 const { records } = await sharedRules();
 
-/** `value` as a u64 (or s64) for the component; undefined stays undefined. */
-function int(value, what, min = 0n) {
-  if (value === undefined || value === null) return undefined;
-  let n;
-  try {
-    n = BigInt(value);
-  } catch {
-    throw new InvalidArgumentError(`${what} ${value} is not a whole number`);
-  }
-  if (n < min || n >= 2n ** 64n) throw new InvalidArgumentError(`${what} ${value} is out of range`);
-  return n;
-}
-
 /**
  * The text of the manifest file of a snapshot, with the optional extra fields.
  * @param {object} snapshot as a persist resolves it
  * @param {{writer?: string, checkpointId?: bigint|number, sequenceFrom?: bigint|number, sequenceTo?: bigint|number, changes?: [number, number]}} [extra]
  * @returns {string} indented JSON ending in a newline
- * @throws {InvalidArgumentError} when an extra field is not a whole number in range
+ * @throws {InvalidArgumentError} when an extra field is not an integer of its WIT type
  */
 export function manifestJson(snapshot, extra = {}) {
   if (extra.writer !== undefined && typeof extra.writer !== 'string') {
@@ -40,13 +28,15 @@ export function manifestJson(snapshot, extra = {}) {
     if (!Array.isArray(extra.changes) || extra.changes.length !== 2) {
       throw new InvalidArgumentError('the changes of a manifest must be a pair [first, end]');
     }
-    changes = extra.changes.map((c) => int(c, 'change index'));
+    changes = extra.changes.map((c) => u64(c, 'change index'));
   }
+  /** An extra field: absent stays absent. */
+  const optional = (check, value, what) => (value === undefined || value === null ? undefined : check(value, what));
   return records.manifestJson(snapshot, {
     writer: extra.writer,
-    checkpointId: int(extra.checkpointId, 'checkpoint id', -(2n ** 63n)),
-    sequenceFrom: int(extra.sequenceFrom, 'sequence number'),
-    sequenceTo: int(extra.sequenceTo, 'sequence number'),
+    checkpointId: optional(s64, extra.checkpointId, 'checkpoint id'),
+    sequenceFrom: optional(u64, extra.sequenceFrom, 'sequence number'),
+    sequenceTo: optional(u64, extra.sequenceTo, 'sequence number'),
     changes,
   });
 }

@@ -8,8 +8,7 @@
 // A writer's imports call this instance while that writer's guest is running, which is no
 // re-entry: it is an instance of another component.
 
-import { RULES_MEMORY_LIMIT } from './component.mjs';
-import { Capture, wasiImports } from './wasi.mjs';
+import { instantiateRules } from './component.mjs';
 
 /** Counts background jobs (uploads, deletions) so callers can await idleness. */
 export class Outstanding {
@@ -77,7 +76,7 @@ export class Ownership {
    * @param {(level: string, message: string) => void} log
    */
   constructor(rules, discarder, log) {
-    this.root = rules.instantiate(wasiImports(new Capture()), RULES_MEMORY_LIMIT);
+    this.root = instantiateRules(rules);
     /** The upload policy (WIT `policy`), whose machines live in the same instance. */
     this.policy = this.root.policy;
     this.refs = new this.root.ownership.TaskRefs();

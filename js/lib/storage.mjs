@@ -1,6 +1,7 @@
 // `ChangelogStorage`: one per process or job. It owns the compiled component, the upload
 // machinery and the file ownership all its writers share (the Rust host's storage.rs).
 
+import { isI32 } from './args.mjs';
 import { ComponentCodec } from './codec.mjs';
 import { Config } from './config.mjs';
 import { errorMessage, loadComponent, loadRules } from './component.mjs';
@@ -136,8 +137,7 @@ export class ChangelogStorage {
   createWriter(name, keyGroupRange, options = {}) {
     if (typeof name !== 'string') throw new InvalidArgumentError(`a writer's name must be a string, got ${typeof name}`);
     const { start, end } = keyGroupRange ?? {};
-    const i32 = (v) => Number.isInteger(v) && v >= -2147483648 && v <= 2147483647;
-    if (!i32(start) || !i32(end)) {
+    if (!isI32(start) || !isI32(end)) {
       throw new InvalidArgumentError(`invalid key-group range [${start}, ${end}] for writer ${name}: need two 32-bit integers`);
     }
     const memoryLimit = options.memoryLimit ?? this.config.writerMemoryLimit;

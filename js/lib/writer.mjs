@@ -16,50 +16,16 @@
 
 import { META_KEY_GROUP } from './reader.mjs';
 import { InvalidArgumentError, TrappedError, WriterError } from './errors.mjs';
+import { bytes, describe, i32, s64, u64 } from './args.mjs';
 import { IMPORT_KEYS } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
 
 const I32_MAX = 2147483647;
-const U64_MAX = (1n << 64n) - 1n;
-const S64_MIN = -(1n << 63n);
-const S64_MAX = (1n << 63n) - 1n;
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
 const noop = () => {};
 /** Hand-off inputs held back (see `Writer#held`): a new sequence number, a persist answered without an error. */
 const ROLLED_OVER = Symbol('rolled over');
 const PERSISTED = Symbol('persisted');
-
-/** A u64 argument as a BigInt; numbers must be safe integers. */
-function u64(value, what) {
-  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
-  if (typeof value === 'bigint' && value >= 0n && value <= U64_MAX) return value;
-  throw new InvalidArgumentError(`${what} must be an unsigned 64-bit integer (a bigint, or a safe non-negative integer number), got ${describe(value)}`);
-}
-
-/** An s64 argument as a BigInt. */
-function s64(value, what) {
-  if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
-  if (typeof value === 'bigint' && value >= S64_MIN && value <= S64_MAX) return value;
-  throw new InvalidArgumentError(`${what} must be a signed 64-bit integer (a bigint, or a safe integer number), got ${describe(value)}`);
-}
-
-function i32(value, what) {
-  if (Number.isInteger(value) && value >= -2147483648 && value <= I32_MAX) return value;
-  throw new InvalidArgumentError(`${what} must be a 32-bit integer, got ${describe(value)}`);
-}
-
-function bytes(value, what) {
-  if (value instanceof Uint8Array) return value;
-  throw new InvalidArgumentError(`${what} must be a Uint8Array (or Buffer), got ${describe(value)}`);
-}
-
-function describe(value) {
-  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
-  if (typeof value === 'bigint') return `${value}n`;
-  if (value === null || value === undefined) return String(value);
-  if (typeof value === 'object') return `a ${value.constructor?.name ?? 'object'}`;
-  return `${typeof value} ${String(value)}`;
-}
 
 /** A `hand-off` budget with numbers for counting down. */
 function budget(b) {

@@ -450,7 +450,7 @@ describe('recovery', () => {
     writeFileSync(path, text.replace(/"state_size": \d+/, '"state_size": "big"'));
     await assert.rejects(loadManifest(path), (e) => e.kind === 'read' && /invalid type: string "big"/.test(e.message));
     await assert.rejects(loadManifest(join(tempDir(), 'none.json')), (e) => e.kind === 'read' && e.message.startsWith('cannot read manifest'));
-    assert.throws(() => manifestJson(snapshot, { sequenceFrom: -1 }), (e) => e.kind === 'host-invalid-argument' && /sequence number -1 is out of range/.test(e.message));
+    assert.throws(() => manifestJson(snapshot, { sequenceFrom: -1 }), (e) => e.kind === 'host-invalid-argument' && /^sequence number must be an unsigned 64-bit integer .*, got number -1$/.test(e.message));
     assert.throws(() => manifestJson(snapshot, { changes: [1] }), (e) => e.kind === 'host-invalid-argument' && /a pair/.test(e.message));
     // A snapshot of many change sets: the JSON (about 10 MB) goes through the rules
     // component, whose memory grows with it.
