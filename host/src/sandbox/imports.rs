@@ -60,6 +60,7 @@ fn schedule(
     // are distinct parts of the guest's memory, so they fit in it; more means the guest
     // lends some bytes twice, which would make the host allocate without bound.
     let mut task_len = 0u64;
+    let memory_limit = store.data().memory_limit;
     for i in 0..task.change_sets.len() {
         let block = task
             .change_sets
@@ -77,7 +78,6 @@ fn schedule(
         // straight from where the guest received them.
         let mut pieces = Vec::with_capacity(block.pieces.len());
         let mut len = 0usize;
-        let memory_limit = store.data().memory_limit;
         for p in 0..block.pieces.len() {
             let piece = block.pieces.get(&mut store, p).ok_or_else(|| {
                 fault(format!(

@@ -52,6 +52,13 @@ impl Hostile {
                 .parse::<i64>()
                 .map_err(|_| invalid(format!("not a number: {text:?}")))
         };
+        // `SIZE COUNT`, the arguments of the aliasing commands.
+        let size_and_count = |rest: &str| -> Result<(u64, u64), w::WriterError> {
+            let (size, count) = rest
+                .split_once(' ')
+                .ok_or_else(|| invalid(format!("{verb} needs SIZE COUNT: {rest:?}")))?;
+            Ok((number(size)? as u64, number(count)? as u64))
+        };
         match verb {
             "release" => registry::release(&handle(rest)),
             "stop-tracking" => registry::stop_tracking(&handle(rest)),
@@ -83,25 +90,18 @@ impl Hostile {
             // One block of SIZE bytes lent COUNT times as the pieces of one change set:
             // more bytes than the guest's memory holds.
             "schedule-aliased" => {
-                let (size, count) = rest.split_once(' ').ok_or_else(|| {
-                    invalid(format!("schedule-aliased needs SIZE COUNT: {rest:?}"))
-                })?;
-                let bytes = block(number(size)? as u64);
-                let pieces = vec![&bytes[..]; number(count)? as usize];
+                let (size, count) = size_and_count(rest)?;
+                let bytes = block(size);
+                let pieces = vec![&bytes[..]; count as usize];
                 self.schedule_pieces(vec![(0, 0, &pieces[..])])?;
             }
             // One valid block of SIZE payload bytes lent as COUNT change sets of one task.
             "schedule-aliased-blocks" => {
-                let (size, count) = rest.split_once(' ').ok_or_else(|| {
-                    invalid(format!(
-                        "schedule-aliased-blocks needs SIZE COUNT: {rest:?}"
-                    ))
-                })?;
-                let size = number(size)? as u64;
+                let (size, count) = size_and_count(rest)?;
                 let bytes = block(size);
                 let pieces = [&bytes[..]];
                 self.schedule_pieces(
-                    (0..number(count)? as u64)
+                    (0..count)
                         .map(|sequence_number| (sequence_number, size, &pieces[..]))
                         .collect(),
                 )?;
