@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 
 use dstl_proto::codec;
+use dstl_proto::read;
 use dstl_proto::types as domain;
 use dstl_proto::writer::{Effects, Writer};
 
@@ -179,15 +180,7 @@ impl WriterGuest for Component {
 impl ReaderGuest for Component {
     fn decode_change_set(logical: Vec<u8>, offset: u64) -> Result<Vec<wit::Change>, String> {
         codec::decode_change_set(&logical, offset)
-            .map(|changes| {
-                changes
-                    .into_iter()
-                    .map(|c| wit::Change {
-                        key_group: c.key_group,
-                        value: c.value,
-                    })
-                    .collect()
-            })
+            .map(to_wit_changes)
             .map_err(|e| e.to_string())
     }
 
@@ -196,6 +189,32 @@ impl ReaderGuest for Component {
             .map(|c| c.into_owned())
             .map_err(|e| e.to_string())
     }
+
+    fn read_file(
+        path: String,
+        file: Result<Vec<u8>, String>,
+        logical_size: u64,
+        offsets: Vec<u64>,
+    ) -> Result<Vec<Vec<wit::Change>>, String> {
+        read::read_file(
+            &path,
+            file.as_deref().map_err(String::as_str),
+            logical_size,
+            &offsets,
+        )
+        .map(|sets| sets.into_iter().map(to_wit_changes).collect())
+        .map_err(|e| e.to_string())
+    }
+}
+
+fn to_wit_changes(changes: Vec<codec::Change>) -> Vec<wit::Change> {
+    changes
+        .into_iter()
+        .map(|c| wit::Change {
+            key_group: c.key_group,
+            value: c.value,
+        })
+        .collect()
 }
 
 impl FilesGuest for Component {

@@ -117,6 +117,7 @@ mod writer;
 
 pub use config::{Config, ConfigError};
 pub use dstl_proto::codec::Change;
+pub use dstl_proto::read::FileError;
 pub use dstl_proto::types::{
     ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle, WriterError,
 };

@@ -3,8 +3,8 @@
 // described in ARCHITECTURE.md, "The file format"). The Node host knows no byte of the
 // format itself: it asks a component instance of its own to lay change-set blocks into a
 // file (`files.encode-file`: the flag byte, then the blocks, one Snappy framed stream when
-// compressed) and to turn files back into changes (`reader.logical-bytes`,
-// `reader.decode-change-set`). Format errors are the component's messages.
+// compressed) and to turn files back into changes (`reader.read-file`). Format errors
+// are the component's messages.
 //
 // The instance is a codec only: it never creates a writer, so its imports are never
 // called, and no writer instance's exports are ever called from inside one of its
@@ -116,27 +116,20 @@ export class ComponentCodec {
   }
 
   /**
-   * The logical bytes of a whole file (flag byte and body).
-   * @param {Uint8Array} file
-   * @returns {Uint8Array}
+   * The changes of the change sets at `offsets` of the changelog file `path`, one list
+   * per offset in the order given (`reader.read-file`): `file` is the fetch, its bytes or
+   * the I/O error's message; `logicalSize` the length the handle records. The error,
+   * naming the file and the offset, is the reader's (dstl-proto's `read`).
+   * @param {string} path
+   * @param {{tag: 'ok', val: Uint8Array}|{tag: 'err', val: string}} file
+   * @param {bigint} logicalSize
+   * @param {bigint[]} offsets
+   * @returns {{keyGroup: number, value: Uint8Array}[][]}
    * @throws {FormatError|CodecTrap}
    */
-  logicalBytes(file) {
-    const bytes = view(file, 'file');
-    return this.#call('logical-bytes', (root) => root.reader.logicalBytes(bytes));
-  }
-
-  /**
-   * Decodes the change-set block at `offset` of `logical`: metadata first, then key group
-   * by key group in append order.
-   * @param {Uint8Array} logical
-   * @param {bigint|number} offset
-   * @returns {{keyGroup: number, value: Uint8Array}[]}
-   * @throws {FormatError|CodecTrap}
-   */
-  decodeChangeSet(logical, offset) {
-    const bytes = view(logical, 'logical bytes');
-    return this.#call('decode-change-set', (root) => root.reader.decodeChangeSet(bytes, BigInt(offset)));
+  readFile(path, file, logicalSize, offsets) {
+    const fetched = file.tag === 'ok' ? { tag: 'ok', val: view(file.val, 'file') } : file;
+    return this.#call('read-file', (root) => root.reader.readFile(path, fetched, logicalSize, BigUint64Array.from(offsets)));
   }
 }
 

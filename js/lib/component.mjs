@@ -160,7 +160,7 @@ export class Component {
    * @param {object} imports
    * @param {number} memoryLimit bytes
    * @returns {{memory: WebAssembly.Memory|null}} and the exports by interface: the writer
-   *   component's `writer` ({Writer}), `reader` ({decodeChangeSet, logicalBytes}) and
+   *   component's `writer` ({Writer}), `reader` ({readFile, ...}) and
    *   `files` ({encodeFile, layoutPlainFile}); the rules component's `ownership`
    *   ({TaskRefs, LocalClaims, Holdings}) and `policy` ({Retry, Batcher, HandOff})
    */

@@ -1,7 +1,8 @@
 // Recovery: turns a handle back into its changes, in order (the Rust host's
-// `recovery/reader.rs`). Each file is read, and turned into its logical bytes, once per
-// handle however many change sets point into it; the component's codec (`codec.mjs`)
-// does the format. Every error names the file and the offset.
+// `recovery/reader.rs`). Each file is read once per handle however many change sets point
+// into it, and given whole to the component's reader (`reader.read-file`, dstl-proto's
+// `read`), which checks its length, decodes the change sets the handle names and words
+// every failure, naming the file and the offset, as the Rust host does.
 
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -29,38 +30,30 @@ export async function readHandle(handle, read = readFile, codec = undefined) {
       throw new ReadError(`cannot load the component's codec: ${e?.message ?? e}`);
     }
   }
-  const corrupt = (path, entry, e) =>
-    new ReadError(`corrupt changelog file ${path} at logical offset ${entry.offset}: ${e?.message ?? e}`);
-  const cache = new Map();
-  const changes = [];
+  // The files in first-use order, each with the offsets its entries name, in order.
+  const files = new Map();
   for (const entry of handle.entries) {
     const path = entry.handle.path;
-    let logical = cache.get(path);
-    if (!logical) {
-      let file;
-      try {
-        file = await read(path);
-      } catch (e) {
-        throw new ReadError(`cannot read changelog file ${path}: ${e.message}`);
-      }
-      try {
-        logical = codec.logicalBytes(file);
-      } catch (e) {
-        throw corrupt(path, entry, e);
-      }
-      const expected = Number(entry.handle.fileSize);
-      if (logical.length !== expected) {
-        throw new ReadError(
-          `changelog file ${path} has ${logical.length} logical bytes but the handle records ${expected}: the file was truncated or replaced`,
-        );
-      }
-      cache.set(path, logical);
+    if (!files.has(path)) files.set(path, { logicalSize: BigInt(entry.handle.fileSize), offsets: [], sets: null, next: 0 });
+    files.get(path).offsets.push(BigInt(entry.offset));
+  }
+  for (const [path, file] of files) {
+    let fetched;
+    try {
+      fetched = { tag: 'ok', val: await read(path) };
+    } catch (e) {
+      fetched = { tag: 'err', val: String(e?.message ?? e) };
     }
     try {
-      for (const change of codec.decodeChangeSet(logical, BigInt(entry.offset))) changes.push(change);
+      file.sets = codec.readFile(path, fetched, file.logicalSize, file.offsets);
     } catch (e) {
-      throw corrupt(path, entry, e);
+      throw new ReadError(e?.message ?? String(e));
     }
+  }
+  const changes = [];
+  for (const entry of handle.entries) {
+    const file = files.get(entry.handle.path);
+    for (const change of file.sets[file.next++]) changes.push(change);
   }
   return changes;
 }

@@ -2,7 +2,7 @@
 // the Node host. The Rust twin is `tests/tests/shared_scenarios.rs`.
 
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -12,7 +12,7 @@ import { REPO_ROOT } from './repo.mjs';
 export const SCENARIO_DIR = resolve(REPO_ROOT, 'tests', 'scenarios');
 const JOB_ID = '000000000000002a466c696e6b416e63';
 const HOSTS = new Set(['rust', 'node']);
-const ERROR_KINDS = new Set(['closed', 'truncated', 'not-yet-appended', 'already-failed', 'invalid-range', 'invalid-argument', 'upload-failed', 'trapped', 'host-invalid-argument']);
+const ERROR_KINDS = new Set(['closed', 'truncated', 'not-yet-appended', 'already-failed', 'invalid-range', 'invalid-argument', 'upload-failed', 'trapped', 'host-invalid-argument', 'read']);
 const TOP_FIELDS = new Set(['name', 'description', 'spec', 'hosts', 'only_because', 'config', 'steps']);
 
 /** Fields each operation takes (besides `op` and `expect`). */
@@ -40,6 +40,8 @@ const OPS = {
   idle: [],
   check: ['uploads', 'upload_failures', 'files', 'files_are', 'exist', 'gone', 'tracked', 'local_files'],
   flag_byte: ['persist', 'value'],
+  damage_file: ['persist', 'truncate_to', 'overwrite', 'remove'],
+  read: ['persist'],
 };
 const SNAPSHOT_FIELDS = new Set(['changes', 'local_changes', 'entries', 'local_entries', 'state_size', 'incremental_size', 'storage_id', 'key_group_range', 'same_entries_as', 'same_file', 'distinct_files']);
 const ERROR_FIELDS = new Set(['error', 'message', 'contains', 'starts_with', 'display_starts_with']);
@@ -310,6 +312,19 @@ export async function runScenario(scenario) {
             assert.equal(file[0], step.value, `${what}: flag byte`);
             return undefined;
           }
+          case 'damage_file': {
+            const path = snapshot(step.persist).remote.entries[0].handle.path;
+            if (step.remove === true) rmSync(path);
+            else if (step.truncate_to !== undefined) truncateSync(path, step.truncate_to);
+            else if (step.overwrite !== undefined) {
+              const file = readFileSync(path);
+              bytes(step.overwrite.value).copy(file, step.overwrite.at);
+              writeFileSync(path, file);
+            } else throw new Error(`${what}: damage_file needs remove, truncate_to or overwrite`);
+            return undefined;
+          }
+          case 'read':
+            return storage.read(snapshot(step.persist).remote);
           default:
             throw new Error(`${what}: unknown operation`);
         }
@@ -322,7 +337,10 @@ export async function runScenario(scenario) {
       }
       if (step.expect) {
         if (!('error' in outcome)) throw new Error(`${what}: expected a ${step.expect.error} error, but it succeeded`);
-        checkError(outcome.error, step.expect, what);
+        // `{file}` in an expected text: the first file of the step's persist.
+        const file = snapshots.get(step.persist)?.remote.entries[0]?.handle.path;
+        const expect = JSON.parse(JSON.stringify(step.expect), (_, v) => (typeof v === 'string' && file ? v.replaceAll('{file}', file) : v));
+        checkError(outcome.error, expect, what);
       } else if ('error' in outcome) {
         const e = outcome.error;
         if (e instanceof assert.AssertionError) throw e;

@@ -53,8 +53,19 @@ before(async () => {
 describe('codec', () => {
   test('files encoded by the component read back through it, plain and Snappy-framed', () => {
     const text = Buffer.from('the quick brown fox jumps over the lazy dog; '.repeat(5000));
+    // A change set of one change (an empty value list: a change set of no groups).
+    const changeSet = (keyGroup, value) => {
+      if (!value) return Buffer.alloc(4);
+      const head = Buffer.alloc(16);
+      head.writeInt32BE(1, 0);
+      head.writeInt32BE(1, 4);
+      head.writeInt32BE(keyGroup, 8);
+      head.writeInt32BE(value.length, 12);
+      return Buffer.concat([head, value]);
+    };
     for (const compression of [false, true]) {
-      for (const blocks of [[], [Buffer.alloc(0)], [randomBytes(100)], [text], [randomBytes(200_000), text], [text, randomBytes(70_000), text]]) {
+      for (const values of [[], [null], [randomBytes(100)], [text], [randomBytes(200_000), text], [text, randomBytes(70_000), text]]) {
+        const blocks = values.map((value, i) => changeSet(i, value));
         const file = codec.encodeFile(blocks, compression);
         const logical = Buffer.concat(blocks);
         assert.equal(file.bytes[0], compression ? 1 : 0, 'the flag byte');
@@ -62,8 +73,12 @@ describe('codec', () => {
         let offset = 0n;
         assert.deepEqual([...file.offsets], blocks.map((b) => ((offset += BigInt(b.length)), offset - BigInt(b.length))));
         if (!compression) assert.deepEqual(Buffer.from(file.bytes), Buffer.concat([Buffer.from([0]), logical]));
-        assert.deepEqual(Buffer.from(codec.logicalBytes(file.bytes)), logical);
-        if (compression && blocks.length === 1 && blocks[0] === text) {
+        const sets = codec.readFile('f', { tag: 'ok', val: file.bytes }, file.logicalSize, [...file.offsets]);
+        assert.deepEqual(
+          sets.map((set) => set.map((c) => [c.keyGroup, Buffer.from(c.value)])),
+          values.map((value, i) => (value ? [[i, value]] : [])),
+        );
+        if (compression && values.length === 1 && values[0] === text) {
           assert.ok(file.bytes.length < logical.length / 4, `compressible data shrinks (${file.bytes.length} of ${logical.length})`);
         }
       }
@@ -90,29 +105,33 @@ describe('codec', () => {
       0x00, 0, 0, 0, 3, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0x4d, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0xaa,
       0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 2, 1, 2, 0, 0, 0, 1, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 2, 0xbb, 0xcc,
     ]);
-    const logical = codec.logicalBytes(plain);
-    const decoded = (offset) => codec.decodeChangeSet(logical, offset).map((c) => [c.keyGroup, [...c.value]]);
-    assert.deepEqual(decoded(0), [[-1, [0x4d]], [2, [0xaa]], [5, [1, 2]], [5, [3]]]);
-    assert.deepEqual(decoded(49n), [[7, [0xbb, 0xcc]]]);
+    const sets = codec.readFile('hand', { tag: 'ok', val: plain }, BigInt(plain.length - 1), [49n, 0n]);
+    const decoded = sets.map((set) => set.map((c) => [c.keyGroup, [...c.value]]));
+    assert.deepEqual(decoded, [[[7, [0xbb, 0xcc]]], [[-1, [0x4d]], [2, [0xaa]], [5, [1, 2]], [5, [3]]]]);
   });
 
-  test("damaged files and blocks fail with the codec's messages", () => {
+  test("damaged, short and unreadable files fail with the reader's messages, naming the file and offset", () => {
     const block = Buffer.from([0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 4, 1, 2, 3, 4]);
+    const plain = (logical) => ({ tag: 'ok', val: Buffer.concat([Buffer.from([0]), logical]) });
+    const corrupt = 'corrupt changelog file f at logical offset';
     const cases = [
-      [block.subarray(0, 18), 0, 'truncated change set at logical position 16: need 4 more bytes, 2 left'],
-      [block.subarray(0, 3), 0, 'truncated change set at logical position 0: need 4 more bytes, 3 left'],
-      [Buffer.from([0x7f, 0, 0, 0]), 0, 'invalid group count 2130706432 at logical position 0'],
-      [Buffer.concat([block.subarray(0, 12), Buffer.from([0xff, 0xff, 0xff, 0xfe])]), 0, 'invalid value length -2 at logical position 12'],
-      [block, 21, 'offset 21 is beyond the logical length 20'],
+      [plain(block.subarray(0, 18)), 18n, 0n, `${corrupt} 0: truncated change set at logical position 16: need 4 more bytes, 2 left`],
+      [plain(block.subarray(0, 3)), 3n, 0n, `${corrupt} 0: truncated change set at logical position 0: need 4 more bytes, 3 left`],
+      [plain(Buffer.from([0x7f, 0, 0, 0])), 4n, 0n, `${corrupt} 0: invalid group count 2130706432 at logical position 0`],
+      [plain(Buffer.concat([block.subarray(0, 12), Buffer.from([0xff, 0xff, 0xff, 0xfe])])), 16n, 0n, `${corrupt} 0: invalid value length -2 at logical position 12`],
+      [plain(block), 20n, 21n, `${corrupt} 21: offset 21 is beyond the logical length 20`],
+      [plain(block), 21n, 0n, 'changelog file f has 20 logical bytes but the handle records 21: the file was truncated or replaced'],
+      [{ tag: 'ok', val: Buffer.from([7]) }, 0n, 0n, `${corrupt} 0: unknown compression flag 0x07 (expected 0x00 or 0x01)`],
+      [{ tag: 'ok', val: Buffer.alloc(0) }, 0n, 0n, `${corrupt} 0: empty file: no compression flag byte`],
+      [{ tag: 'err', val: 'ENOENT: gone' }, 0n, 0n, 'cannot read changelog file f: ENOENT: gone'],
     ];
-    for (const [damaged, offset, message] of cases) {
-      assert.throws(() => codec.decodeChangeSet(damaged, offset), (e) => e instanceof FormatError && e.message === message, message);
+    for (const [file, size, offset, message] of cases) {
+      assert.throws(() => codec.readFile('f', file, size, [offset]), (e) => e instanceof FormatError && e.message === message, message);
     }
-    assert.throws(() => codec.logicalBytes(Buffer.from([7])), { name: 'FormatError', message: 'unknown compression flag 0x07 (expected 0x00 or 0x01)' });
-    assert.throws(() => codec.logicalBytes(Buffer.alloc(0)), { name: 'FormatError', message: 'empty file: no compression flag byte' });
-    assert.throws(() => codec.logicalBytes(Buffer.from([1, 0xff, 6, 0, 0, 1, 2, 3, 4, 5, 6])), (e) => e instanceof FormatError && e.message.startsWith('corrupt snappy framed stream: '));
+    const snappy = { tag: 'ok', val: Buffer.from([1, 0xff, 6, 0, 0, 1, 2, 3, 4, 5, 6]) };
+    assert.throws(() => codec.readFile('f', snappy, 0n, []), (e) => e instanceof FormatError && e.message.startsWith(`${corrupt} 0: corrupt snappy framed stream: `));
     // The instance is still usable after errors.
-    assert.deepEqual([...codec.logicalBytes(Buffer.from([0, 9]))], [9]);
+    assert.deepEqual(codec.readFile('f', plain(block), 20n, [0n]).map((set) => set.map((c) => [c.keyGroup, [...c.value]])), [[[3, [1, 2, 3, 4]]]]);
   });
 
   test('large batches are encoded on worker threads into the same bytes; an instance whose memory grew is replaced', async () => {

@@ -510,6 +510,8 @@ pub fn logical_bytes(file: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, FormatEr
 /// (metadata first, then group by group).
 pub struct ChangeSetReader<'a> {
     input: &'a [u8],
+    /// The logical position of `input[0]`: positions in errors are the file's.
+    base: u64,
     pos: usize,
     groups_left: u32,
     changes_left: u32,
@@ -519,15 +521,20 @@ pub struct ChangeSetReader<'a> {
 impl<'a> ChangeSetReader<'a> {
     /// Opens the block at `offset` of `logical`.
     pub fn new(logical: &'a [u8], offset: u64) -> Result<Self, FormatError> {
-        if offset > logical.len() as u64 {
-            return Err(FormatError::OffsetOutOfRange {
-                offset,
-                len: logical.len() as u64,
-            });
+        Self::in_range(logical, 0, offset)
+    }
+
+    /// Opens the block at logical `offset` of a file whose logical bytes from `start` on
+    /// are `range` (a ranged read); errors give the file's logical positions.
+    pub fn in_range(range: &'a [u8], start: u64, offset: u64) -> Result<Self, FormatError> {
+        let end = start.saturating_add(range.len() as u64);
+        if offset < start || offset > end {
+            return Err(FormatError::OffsetOutOfRange { offset, len: end });
         }
         let mut reader = Self {
-            input: logical,
-            pos: offset as usize,
+            input: range,
+            base: start,
+            pos: (offset - start) as usize,
             groups_left: 0,
             changes_left: 0,
             key_group: 0,
@@ -539,7 +546,12 @@ impl<'a> ChangeSetReader<'a> {
 
     /// Logical position just past what was read so far.
     pub fn position(&self) -> u64 {
-        self.pos as u64
+        self.here()
+    }
+
+    /// [`ChangeSetReader::position`], by a name `Iterator::position` does not shadow.
+    fn here(&self) -> u64 {
+        self.base + self.pos as u64
     }
 
     fn remaining(&self) -> usize {
@@ -549,7 +561,7 @@ impl<'a> ChangeSetReader<'a> {
     fn read_i32(&mut self) -> Result<i32, FormatError> {
         let Some(bytes) = self.input.get(self.pos..self.pos + 4) else {
             return Err(FormatError::Truncated {
-                position: self.pos as u64,
+                position: self.here(),
                 needed: 4,
                 available: self.remaining() as u64,
             });
@@ -561,7 +573,7 @@ impl<'a> ChangeSetReader<'a> {
     /// Reads a count whose every unit needs at least `min_unit` more bytes, so a count the
     /// remaining bytes cannot hold is rejected before anything is sized by it.
     fn read_count(&mut self, what: &'static str, min_unit: usize) -> Result<u32, FormatError> {
-        let position = self.pos as u64;
+        let position = self.here();
         let value = self.read_i32()?;
         if value < 0 || (value as usize).saturating_mul(min_unit) > self.remaining() {
             return Err(FormatError::InvalidField {
@@ -595,12 +607,12 @@ impl<'a> ChangeSetReader<'a> {
                 return Err(FormatError::InvalidField {
                     what: "key group",
                     value: self.key_group as i64,
-                    position: self.pos as u64 - 4,
+                    position: self.here() - 4,
                 });
             }
             self.changes_left = changes;
         }
-        let position = self.pos as u64;
+        let position = self.here();
         let len = self.read_i32()?;
         if len < 0 {
             return Err(FormatError::InvalidField {
@@ -612,7 +624,7 @@ impl<'a> ChangeSetReader<'a> {
         let len = len as usize;
         if len > self.remaining() {
             return Err(FormatError::Truncated {
-                position: self.pos as u64,
+                position: self.here(),
                 needed: len as u64,
                 available: self.remaining() as u64,
             });

@@ -5,6 +5,8 @@
 //!   and by upload outcomes that the host delivers; every effect goes through
 //!   [`writer::Effects`].
 //! - [`codec`]: the changelog file format, the only place that knows its bytes.
+//! - [`read`]: reading a handle's change sets back from the files it names: which
+//!   files, the checks on their bytes, the words of every failure.
 //! - [`types`]: the values both sides exchange (mirrors of the WIT `types` interface), and
 //!   [`wit_conversions!`] ([`wit`]), the conversions to and from the generated types.
 //! - [`retry`]: an upload's retry policy as a sans-IO state machine, time as an input.
@@ -29,6 +31,7 @@ pub mod handoff;
 pub mod lease;
 pub mod manifest;
 pub mod ownership;
+pub mod read;
 pub mod retry;
 pub mod settings;
 pub mod time;

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use dstl::FileError;
 use dstl::codec::{ChangeSetReader, FormatError};
 use dstl::reader::{self, ReadError};
 use dstl::{Change, ChangelogHandle, ChangelogStorage, ComponentCodec};
@@ -353,8 +354,9 @@ fn component_codec_rejects_bad_input_without_trapping() {
 fn path_of(err: &ReadError) -> &str {
     match err {
         ReadError::Io { path, .. }
-        | ReadError::Format { path, .. }
-        | ReadError::SizeMismatch { path, .. } => path,
+        | ReadError::File(FileError::Unreadable { path, .. })
+        | ReadError::File(FileError::Corrupt { path, .. })
+        | ReadError::File(FileError::SizeMismatch { path, .. }) => path,
         other => panic!("an error without a path: {other}"),
     }
 }
@@ -404,23 +406,23 @@ fn damaged_plain_files_give_typed_errors() {
     // Truncated to half.
     std::fs::write(&target.path, &original[..original.len() / 2]).unwrap();
     match read_err(&snap.handle(), &target.path) {
-        ReadError::SizeMismatch {
+        ReadError::File(FileError::SizeMismatch {
             expected, actual, ..
-        } => {
+        }) => {
             assert_eq!(expected, target.file_size);
             assert_eq!(actual, original.len() as u64 / 2 - 1);
         }
-        ReadError::Format { .. } => {}
+        ReadError::File(FileError::Corrupt { .. }) => {}
         other => panic!("truncated: unexpected {other:?}"),
     }
 
     // Empty file.
     std::fs::write(&target.path, b"").unwrap();
     match read_err(&snap.handle(), &target.path) {
-        ReadError::Format {
+        ReadError::File(FileError::Corrupt {
             source: FormatError::Empty,
             ..
-        } => {}
+        }) => {}
         other => panic!("empty: unexpected {other:?}"),
     }
 
@@ -429,10 +431,10 @@ fn damaged_plain_files_give_typed_errors() {
     bytes[0] = 7;
     std::fs::write(&target.path, &bytes).unwrap();
     match read_err(&snap.handle(), &target.path) {
-        ReadError::Format {
+        ReadError::File(FileError::Corrupt {
             source: FormatError::UnknownFlag(7),
             ..
-        } => {}
+        }) => {}
         other => panic!("flag: unexpected {other:?}"),
     }
 
@@ -442,7 +444,7 @@ fn damaged_plain_files_give_typed_errors() {
     bytes[at..at + 4].copy_from_slice(&(-1i32).to_be_bytes());
     std::fs::write(&target.path, &bytes).unwrap();
     match read_err(&snap.handle(), &target.path) {
-        ReadError::Format { offset, source, .. } => {
+        ReadError::File(FileError::Corrupt { offset, source, .. }) => {
             assert_eq!(offset, target.offset);
             assert!(
                 matches!(source, FormatError::InvalidField { .. }),
@@ -457,7 +459,7 @@ fn damaged_plain_files_give_typed_errors() {
     let mut handle = snap.handle();
     handle.entries[1].handle.file_size += 1;
     match read_err(&handle, &target.path) {
-        ReadError::SizeMismatch { .. } => {}
+        ReadError::File(FileError::SizeMismatch { .. }) => {}
         other => panic!("size: unexpected {other:?}"),
     }
 
@@ -465,18 +467,23 @@ fn damaged_plain_files_give_typed_errors() {
     let mut handle = snap.handle();
     handle.entries[1].offset = target.file_size + 10;
     match read_err(&handle, &target.path) {
-        ReadError::Format {
+        ReadError::File(FileError::Corrupt {
             source: FormatError::OffsetOutOfRange { .. },
             ..
-        } => {}
+        }) => {}
         other => panic!("offset: unexpected {other:?}"),
     }
 
-    // Missing file.
+    // Missing file: the component's reader, given the same I/O error, words it alike.
     std::fs::remove_file(&target.path).unwrap();
     match read_err(&snap.handle(), &target.path) {
-        ReadError::Io { source, .. } => {
-            assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
+        ReadError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            let error = read_err(&snap.handle(), &target.path);
+            let (_tmp, _storage, mut decoder) = decoder();
+            let path = target.path.to_str().unwrap();
+            let in_sandbox =
+                decoder.read_file(path, Err(&source.to_string()), target.file_size, &[0]);
+            assert_eq!(in_sandbox, Err(error.to_string()));
         }
         other => panic!("missing: unexpected {other:?}"),
     }
@@ -503,10 +510,10 @@ fn damaged_snappy_files_give_typed_errors() {
         bytes[mid] ^= 0xff;
         std::fs::write(&target.path, &bytes).unwrap();
         match read_err(&snap.handle(), &target.path) {
-            ReadError::Format {
+            ReadError::File(FileError::Corrupt {
                 source: FormatError::Snappy(_),
                 ..
-            } => {}
+            }) => {}
             other => panic!("{name} corrupt: unexpected {other:?}"),
         }
 
@@ -515,17 +522,17 @@ fn damaged_snappy_files_give_typed_errors() {
         bytes[5] ^= 0x20;
         std::fs::write(&target.path, &bytes).unwrap();
         match read_err(&snap.handle(), &target.path) {
-            ReadError::Format {
+            ReadError::File(FileError::Corrupt {
                 source: FormatError::Snappy(_),
                 ..
-            } => {}
+            }) => {}
             other => panic!("{name} identifier: unexpected {other:?}"),
         }
 
         // Truncated to half.
         std::fs::write(&target.path, &original[..original.len() / 2]).unwrap();
         match read_err(&snap.handle(), &target.path) {
-            ReadError::Format { .. } | ReadError::SizeMismatch { .. } => {}
+            ReadError::File(FileError::Corrupt { .. } | FileError::SizeMismatch { .. }) => {}
             other => panic!("{name} truncated: unexpected {other:?}"),
         }
 
@@ -576,11 +583,26 @@ fn every_byte_flip_and_truncation_is_contained() {
                 reader::read_handle(&snap.handle(), &dstl::FileSource::new(None))
             }))
             .unwrap_or_else(|_| panic!("{what}: the host reader panicked"));
-            if let Err(err) = result {
-                errors += 1;
-                let file = target.path.to_str().unwrap();
-                assert_eq!(path_of(&err), file, "{what}: {err}");
-                assert!(err.to_string().contains(file), "{what}: {err}");
+            let file = target.path.to_str().unwrap();
+            // The component's reader (the Node host's) reads and words the file alike.
+            let in_sandbox = decoder.read_file(file, Ok(bytes), target.file_size, &offsets);
+            match &result {
+                Err(err) => {
+                    errors += 1;
+                    assert_eq!(path_of(err), file, "{what}: {err}");
+                    assert!(err.to_string().contains(file), "{what}: {err}");
+                    assert_eq!(in_sandbox, Err(err.to_string()), "{what}: component reader");
+                }
+                Ok(_) => {
+                    let sets = in_sandbox.unwrap_or_else(|e| {
+                        panic!("{what}: only the component reader failed: {e}")
+                    });
+                    let logical = dstl::codec::logical_bytes(bytes).unwrap();
+                    for (set, &offset) in sets.iter().zip(&offsets) {
+                        let on_host = dstl::codec::decode_change_set(&logical, offset).unwrap();
+                        assert_eq!(set, &on_host, "{what} @{offset}: component reader");
+                    }
+                }
             }
 
             let on_host = dstl::codec::logical_bytes(bytes).map(|l| l.into_owned());

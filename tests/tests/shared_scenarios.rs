@@ -84,6 +84,11 @@ const OPS: &[(&str, &[&str])] = &[
         ],
     ),
     ("flag_byte", &["persist", "value"]),
+    (
+        "damage_file",
+        &["persist", "truncate_to", "overwrite", "remove"],
+    ),
+    ("read", &["persist"]),
 ];
 
 const SNAPSHOT_FIELDS: &[&str] = &[
@@ -118,6 +123,7 @@ const ERROR_KINDS: &[&str] = &[
     "upload-failed",
     "trapped",
     "host-invalid-argument",
+    "read",
 ];
 
 fn scenario_dir() -> PathBuf {
@@ -291,8 +297,32 @@ fn texts(value: Option<&Value>) -> Vec<String> {
     }
 }
 
-fn check_error(error: &Error, expect: &Map<String, Value>) -> Result<()> {
-    let (kind, detail, display) = describe_error(error);
+/// Checks a failure, described as (kind, detail, display), against `expect`; `{file}` in
+/// an expected text stands for `file`.
+fn check_error(
+    (kind, detail, display): (String, String, String),
+    expect: &Map<String, Value>,
+    file: Option<&str>,
+) -> Result<()> {
+    let expect: Map<String, Value> = expect
+        .iter()
+        .map(|(key, value)| {
+            let value = match (value, file) {
+                (Value::String(text), Some(file)) => Value::String(text.replace("{file}", file)),
+                (Value::Array(items), Some(file)) => Value::Array(
+                    items
+                        .iter()
+                        .map(|item| match item {
+                            Value::String(text) => Value::String(text.replace("{file}", file)),
+                            other => other.clone(),
+                        })
+                        .collect(),
+                ),
+                (other, _) => other.clone(),
+            };
+            (key.clone(), value)
+        })
+        .collect();
     let want = expect["error"].as_str().unwrap();
     ensure!(
         kind == want,
@@ -325,10 +355,23 @@ fn check_error(error: &Error, expect: &Map<String, Value>) -> Result<()> {
     Ok(())
 }
 
-/// Why a step failed: the host reported an error, or an expectation did not hold.
+/// Why a step failed: the host reported an error (a call's, or a read's), or an
+/// expectation did not hold.
 enum StepError {
     Host(Error),
+    Read(dstl::ReadError),
     Check(anyhow::Error),
+}
+
+impl StepError {
+    /// A host's failure as the scenario format names it: (kind, detail, display).
+    fn described(&self) -> Option<(String, String, String)> {
+        match self {
+            StepError::Host(e) => Some(describe_error(e)),
+            StepError::Read(e) => Some(("read".into(), e.to_string(), e.to_string())),
+            StepError::Check(_) => None,
+        }
+    }
 }
 
 /// `ensure!` for [`Run::step`]: a failed expectation, not a host error.
@@ -343,6 +386,12 @@ macro_rules! check {
 impl From<Error> for StepError {
     fn from(e: Error) -> Self {
         StepError::Host(e)
+    }
+}
+
+impl From<dstl::ReadError> for StepError {
+    fn from(e: dstl::ReadError) -> Self {
+        StepError::Read(e)
     }
 }
 
@@ -589,9 +638,47 @@ impl Run {
                     file[0]
                 );
             }
+            "damage_file" => {
+                let path = self.first_file(str_field(step, "persist")?)?;
+                if step.get("remove").and_then(Value::as_bool) == Some(true) {
+                    std::fs::remove_file(&path).context("removing the file")?;
+                } else if let Some(len) = step.get("truncate_to").and_then(Value::as_u64) {
+                    let file = std::fs::OpenOptions::new().write(true).open(&path);
+                    file.and_then(|f| f.set_len(len))
+                        .context("truncating the file")?;
+                } else if let Some(overwrite) = step.get("overwrite") {
+                    let at = overwrite["at"]
+                        .as_u64()
+                        .ok_or_else(|| anyhow!("overwrite.at"))?;
+                    let mut bytes = std::fs::read(&path).context("reading the file")?;
+                    for (i, b) in self::bytes(&overwrite["value"])?.into_iter().enumerate() {
+                        bytes[at as usize + i] = b;
+                    }
+                    std::fs::write(&path, bytes).context("writing the file")?;
+                } else {
+                    Err(anyhow!(
+                        "damage_file needs remove, truncate_to or overwrite"
+                    ))?;
+                }
+            }
+            "read" => {
+                let snapshot = self.snapshot(str_field(step, "persist")?)?;
+                self.storage()?.read(&snapshot.remote)?;
+            }
             other => Err(anyhow!("unknown operation {other}"))?,
         }
         Ok(())
+    }
+
+    /// The first remote file of a completed persist.
+    fn first_file(&self, persist: &str) -> Result<String> {
+        let snapshot = self.snapshot(persist)?;
+        let entry = snapshot.remote.entries.first();
+        Ok(entry
+            .ok_or_else(|| anyhow!("persist {persist} has no file"))?
+            .handle
+            .path
+            .clone())
     }
 
     fn check_snapshot(&self, name: &str, expect: &Map<String, Value>) -> Result<()> {
@@ -816,17 +903,26 @@ fn run(scenario: &Map<String, Value>) -> Result<()> {
             let op = step["op"].as_str().unwrap();
             let context = || format!("step {i} ({op})");
             let result = run.step(step);
+            let file = step
+                .get("persist")
+                .and_then(Value::as_str)
+                .and_then(|persist| run.first_file(persist).ok());
             match (step.get("expect").and_then(Value::as_object), result) {
                 (None, Ok(())) => {}
-                (None, Err(StepError::Host(e))) => bail!("{}: unexpected error: {e}", context()),
                 (_, Err(StepError::Check(e))) => return Err(e.context(context())),
+                (None, Err(e)) => bail!(
+                    "{}: unexpected error: {}",
+                    context(),
+                    e.described().unwrap_or_default().2
+                ),
                 (Some(expect), Ok(())) => bail!(
                     "{}: expected a {} error, but it succeeded",
                     context(),
                     expect["error"]
                 ),
-                (Some(expect), Err(StepError::Host(e))) => {
-                    check_error(&e, expect).with_context(context)?
+                (Some(expect), Err(e)) => {
+                    let described = e.described().unwrap_or_default();
+                    check_error(described, expect, file.as_deref()).with_context(context)?
                 }
             }
         }

@@ -5,55 +5,34 @@
 //! with a [`RecoveryCache`] once per recovery however many handles point into it.
 //! Distinct files are fetched in parallel. Every error names the file and the offset.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use dstl_proto::codec::{self, Change, ChangeSetReader, FormatError};
+use dstl_proto::codec::{self, Change};
+use dstl_proto::read::{self, FileError, NeededFile, ReadPlan};
 use dstl_proto::types::ChangelogHandle;
 
 use super::cache::RecoveryCache;
 use crate::store::FileSource;
 
 /// Why a handle could not be read ([`crate::ChangelogStorage::read`],
-/// [`crate::Recovery::read`], [`read_handle`]).
+/// [`crate::Recovery::read`], [`read_handle`]). The words are `dstl_proto::read`'s, which
+/// the Node host prints too.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
     /// A file the handle names could not be read: missing (deleted, or a wrong base
     /// path), unreadable, or the object store failed or refused the request.
-    #[error("cannot read changelog file {path}: {source}")]
+    #[error("{}", FileError::unreadable(.path, .source))]
     Io {
         /// The file.
         path: String,
         /// The cause.
-        #[source]
         source: std::io::Error,
     },
-    /// The file's bytes do not decode at an offset the handle names: the file is
-    /// corrupt, or the handle's offset does not point at a change set.
-    #[error("corrupt changelog file {path} at logical offset {offset}: {source}")]
-    Format {
-        /// The file.
-        path: String,
-        /// The change set's offset.
-        offset: u64,
-        /// What is wrong.
-        #[source]
-        source: FormatError,
-    },
-    /// The file's logical length differs from the one the handle recorded: the file was
-    /// truncated, appended to or replaced since the snapshot was taken.
-    #[error(
-        "changelog file {path} has {actual} logical bytes but the handle records {expected}: the file was truncated or replaced"
-    )]
-    SizeMismatch {
-        /// The file.
-        path: String,
-        /// Logical length in the handle.
-        expected: u64,
-        /// Logical length found.
-        actual: u64,
-    },
+    /// A file's bytes do not decode at an offset the handle names, or its logical
+    /// length differs from the one the handle recorded.
+    #[error(transparent)]
+    File(#[from] FileError),
 }
 
 /// Files fetched at once by one read.
@@ -128,40 +107,18 @@ fn visit_entries(
     visit: &mut dyn FnMut(i32, &[u8]),
     visited: &mut u64,
 ) -> Result<(), ReadError> {
-    // The files in first-use order, each with the lowest offset the handle needs.
-    let mut needed: Vec<(&str, u64, u64)> = Vec::new();
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for entry in &handle.entries {
-        let path = entry.handle.path.as_str();
-        match index.get(path) {
-            Some(&i) => needed[i].2 = needed[i].2.min(entry.offset),
-            None => {
-                index.insert(path, needed.len());
-                needed.push((path, entry.handle.file_size, entry.offset));
-            }
-        }
-    }
-    span.record("files", needed.len());
-    let fetched = fetch_all(&needed, files, cache)?;
-    for entry in &handle.entries {
-        let path = entry.handle.path.as_str();
-        let logical = &fetched[index[path]];
-        let format = |source| ReadError::Format {
-            path: path.to_string(),
-            offset: entry.offset,
-            source,
-        };
-        let relative = entry.offset.checked_sub(logical.start()).ok_or_else(|| {
-            format(FormatError::OffsetOutOfRange {
-                offset: entry.offset,
-                len: entry.handle.file_size,
-            })
-        })?;
-        let mut reader = ChangeSetReader::new(logical.bytes(), relative).map_err(format)?;
-        while let Some((key_group, value)) = reader.next_borrowed().map_err(format)? {
-            visit(key_group, value);
-            *visited += 1;
-        }
+    let plan = ReadPlan::new(handle);
+    span.record("files", plan.files().len());
+    let fetched = fetch_all(plan.files(), files, cache)?;
+    for (i, entry) in handle.entries.iter().enumerate() {
+        let logical = &fetched[plan.file_of(i)];
+        *visited += read::visit_change_set(
+            &entry.handle.path,
+            logical.bytes(),
+            logical.start(),
+            entry.offset,
+            visit,
+        )?;
     }
     Ok(())
 }
@@ -190,18 +147,20 @@ impl Logical {
     }
 }
 
-/// Fetches `(path, file size, lowest offset)` of every file, in parallel when there are
-/// several; the first error wins.
+/// Fetches every file a read needs, in parallel when there are several; the first
+/// error wins.
 fn fetch_all(
-    needed: &[(&str, u64, u64)],
+    needed: &[NeededFile<'_>],
     files: &FileSource,
     cache: Option<&RecoveryCache>,
 ) -> Result<Vec<Logical>, ReadError> {
-    let one = |&(path, file_size, from): &(&str, u64, u64)| match cache {
+    let one = |file: &NeededFile<'_>| match cache {
         Some(cache) => cache
-            .get_or_load(path, || fetch_whole(files, path, file_size))
+            .get_or_load(file.path, || {
+                fetch_whole(files, file.path, file.logical_size)
+            })
             .map(Logical::Whole),
-        None => fetch(files, path, file_size, from),
+        None => fetch(files, file.path, file.logical_size, file.from),
     };
     if needed.len() <= 1 {
         return needed.iter().map(one).collect();
@@ -241,15 +200,11 @@ fn fetch(files: &FileSource, path: &str, file_size: u64, from: u64) -> Result<Lo
         let bytes = files
             .read_range(path, from.saturating_add(1)..file_size.saturating_add(2))
             .map_err(io)?;
-        let actual = from.saturating_add(bytes.len() as u64);
-        if actual != file_size {
-            return Err(ReadError::SizeMismatch {
-                path: path.to_string(),
-                expected: file_size,
-                actual,
-            });
+        if from.saturating_add(bytes.len() as u64) == file_size {
+            return Ok(Logical::From { bytes, start: from });
         }
-        return Ok(Logical::From { bytes, start: from });
+        // The length differs: a range cannot tell by how much (the file may end before
+        // `from`), so the whole file is read for the error, which names its true length.
     }
     fetch_whole(files, path, file_size).map(|bytes| Logical::Whole(Arc::new(bytes)))
 }
@@ -260,19 +215,7 @@ fn fetch_whole(files: &FileSource, path: &str, file_size: u64) -> Result<Vec<u8>
         path: path.to_string(),
         source,
     })?;
-    let logical = codec::logical_bytes(&bytes).map_err(|source| ReadError::Format {
-        path: path.to_string(),
-        offset: 0,
-        source,
-    })?;
-    if logical.len() as u64 != file_size {
-        return Err(ReadError::SizeMismatch {
-            path: path.to_string(),
-            expected: file_size,
-            actual: logical.len() as u64,
-        });
-    }
-    Ok(match logical {
+    Ok(match read::logical_file(path, &bytes, file_size)? {
         std::borrow::Cow::Borrowed(plain) => plain.to_vec(),
         std::borrow::Cow::Owned(decompressed) => decompressed,
     })

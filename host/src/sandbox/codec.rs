@@ -9,7 +9,7 @@ use std::time::Duration;
 use dstl_proto::codec::Change;
 use wasmtime::Store;
 
-use super::bindings::{Changelog, ChangelogPre};
+use super::bindings::{Changelog, ChangelogPre, wit};
 use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
 use super::instance::new_store;
@@ -112,6 +112,25 @@ impl ComponentCodec {
         Ok((layout.header, layout.offsets, layout.logical_size))
     }
 
+    /// The changes of the change sets at `offsets` of the file `path`, one list per
+    /// offset, read inside the sandbox from `file` (its bytes, or the fetch's error) and
+    /// checked against the handle's `logical_size`; the error is the reader's message.
+    pub fn read_file(
+        &mut self,
+        path: &str,
+        file: Result<&[u8], &str>,
+        logical_size: u64,
+        offsets: &[u64],
+    ) -> Result<Vec<Vec<Change>>, String> {
+        self.start_call();
+        let sets = self
+            .bindings
+            .dstl_changelog_reader()
+            .call_read_file(&mut self.store, path, file, logical_size, offsets)
+            .map_err(Self::trap)??;
+        Ok(sets.into_iter().map(from_wit_changes).collect())
+    }
+
     /// The change set at `offset` of `logical`, decoded inside the sandbox.
     pub fn decode_change_set(
         &mut self,
@@ -124,12 +143,16 @@ impl ComponentCodec {
             .dstl_changelog_reader()
             .call_decode_change_set(&mut self.store, logical, offset)
             .map_err(Self::trap)??;
-        Ok(changes
-            .into_iter()
-            .map(|c| Change {
-                key_group: c.key_group,
-                value: c.value,
-            })
-            .collect())
+        Ok(from_wit_changes(changes))
     }
+}
+
+fn from_wit_changes(changes: Vec<wit::Change>) -> Vec<Change> {
+    changes
+        .into_iter()
+        .map(|c| Change {
+            key_group: c.key_group,
+            value: c.value,
+        })
+        .collect()
 }

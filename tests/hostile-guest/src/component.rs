@@ -266,6 +266,15 @@ impl ReaderGuest for Component {
     fn logical_bytes(_file: Vec<u8>) -> Result<Vec<u8>, String> {
         Err("this component does not decode".into())
     }
+
+    fn read_file(
+        _path: String,
+        _file: Result<Vec<u8>, String>,
+        _logical_size: u64,
+        _offsets: Vec<u64>,
+    ) -> Result<Vec<Vec<w::Change>>, String> {
+        Err("this component does not decode".into())
+    }
 }
 
 impl FilesGuest for Component {
