@@ -30,6 +30,7 @@ const OPS = {
   reset: ['writer', 'from', 'to', 'checkpoint'],
   truncate_and_close: ['writer', 'from'],
   close: ['writer'],
+  drop: ['writer'],
   failure: ['writer', 'contains'],
   fail_uploads: ['times'],
   hang_uploads: ['times'],
@@ -279,6 +280,10 @@ export async function runScenario(scenario) {
             return writer(step.writer).truncateAndClose(number(step.from, saved));
           case 'close':
             return writer(step.writer).close();
+          case 'drop':
+            writer(step.writer).dispose();
+            writers.delete(step.writer);
+            return undefined;
           case 'failure': {
             const failure = writer(step.writer).failure;
             assert.ok(failure, `${what}: the writer has not failed`);

@@ -62,6 +62,7 @@ const OPS: &[(&str, &[&str])] = &[
     ("reset", &["writer", "from", "to", "checkpoint"]),
     ("truncate_and_close", &["writer", "from"]),
     ("close", &["writer"]),
+    ("drop", &["writer"]),
     ("failure", &["writer", "contains"]),
     ("fail_uploads", &["times"]),
     ("hang_uploads", &["times"]),
@@ -596,6 +597,12 @@ impl Run {
                 self.writer(step)?.truncate_and_close(from)?;
             }
             "close" => self.writer(step)?.close()?,
+            "drop" => {
+                let name = str_field(step, "writer")?;
+                self.writers
+                    .remove(name)
+                    .ok_or_else(|| anyhow!("unknown writer {name}"))?;
+            }
             "failure" => {
                 let failure = self
                     .writer(step)?
@@ -618,13 +625,8 @@ impl Run {
             "release_uploads" => self.store.open_gate(),
             "break_store" => self.store.set_broken(true),
             "repair_store" => self.store.set_broken(false),
-            "close_storage" => {
-                let storage = self
-                    .storage
-                    .take()
-                    .ok_or_else(|| anyhow!("the storage was closed already"))?;
-                storage.close();
-            }
+            // Kept, closed: later creates must fail by the storage's own check.
+            "close_storage" => self.storage()?.close(),
             "idle" => self.storage()?.wait_idle(),
             "check" => self.check(step)?,
             "flag_byte" => {
@@ -877,7 +879,12 @@ fn run(scenario: &Map<String, Value>) -> Result<()> {
             "dstl.writer.max-writers=16",
         ],
     );
-    for (key, value) in scenario["config"].as_object().into_iter().flatten() {
+    for (key, value) in scenario
+        .get("config")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         let value = match value {
             Value::String(s) => s.clone(),
             other => other.to_string(),
