@@ -175,6 +175,36 @@ async function benchNewWriter(dir) {
 }
 
 /**
+ * Reading handles back (`storage.read`): 4 writers, 60 checkpoints of 100 changes of
+ * 100 B each, every persist from sequence number 0, so each last snapshot names 60
+ * change sets in 60 files shared by the writers; the four are read back per sample.
+ */
+async function benchRead(dir) {
+  const storage = await openStorage(dir);
+  const writers = Array.from({ length: 4 }, (_, i) => storage.createWriter(`op-${i}`, RANGE));
+  const { keyGroups, lengths, data } = packed(100);
+  let snapshots = [];
+  for (let cp = 1; cp <= 60; cp++) {
+    snapshots = await Promise.all(
+      writers.map((w) => {
+        w.appendBatch(keyGroups, lengths, data);
+        w.nextSequenceNumber();
+        return w.persist(0, cp);
+      }),
+    );
+  }
+  const r = await measure(seconds, async () => {
+    const start = performance.now();
+    let changes = 0;
+    for (const s of snapshots) changes += (await storage.read(s.remote)).length;
+    return [performance.now() - start, changes];
+  });
+  for (const w of writers) w.close();
+  await storage.close();
+  return { best_ns: r.best_ns, median_ns: r.median_ns, samples: r.samples };
+}
+
+/**
  * `dstl bench`'s standard workloads (cli/src/workload/mod.rs `Workload::standard`): 128
  * key groups, seed 42, 10,000 appends over all writers between checkpoints.
  */
@@ -222,6 +252,7 @@ const benches = [
   ['append_batch', benchAppendBatch],
   ['persist', benchPersist],
   ['new_writer', benchNewWriter],
+  ['read', benchRead],
   ...Object.keys(WORKLOADS).map((name) => [name, (dir) => benchWorkload(name, dir)]),
 ];
 for (const [name, bench] of benches) {
@@ -242,6 +273,7 @@ else {
   if (results.append_batch) lines.push(`append_batch/1000x100B   ${f(results.append_batch.best_ns)} ns per change (median ${f(results.append_batch.median_ns)})`);
   if (results.persist) lines.push(`persist/1000x100B        ${f(results.persist.best_ms, 2)} ms per persist (median ${f(results.persist.median_ms, 2)})`);
   if (results.new_writer) lines.push(`new writer               ${f(results.new_writer.us_per_writer)} µs, ${f(results.new_writer.kib_per_writer)} KiB per idle writer (${results.new_writer.writers} writers)`);
+  if (results.read) lines.push(`read/60x100x100B         ${f(results.read.best_ns)} ns per change read back (median ${f(results.read.median_ns)})`);
   for (const name of Object.keys(WORKLOADS)) {
     const s = results[name];
     if (!s) continue;
