@@ -175,16 +175,16 @@ async function benchNewWriter(dir) {
 }
 
 /**
- * Reading handles back (`storage.read`): 4 writers, 60 checkpoints of 100 changes of
- * 100 B each, every persist from sequence number 0, so each last snapshot names 60
- * change sets in 60 files shared by the writers; the four are read back per sample.
+ * Reading handles back (`storage.read`): 4 writers, 20 checkpoints of 1,000 changes of
+ * 100 B each, every persist from sequence number 0, so each last snapshot names 20
+ * change sets in 20 files shared by the writers; the four are read back per sample.
  */
 async function benchRead(dir) {
   const storage = await openStorage(dir);
   const writers = Array.from({ length: 4 }, (_, i) => storage.createWriter(`op-${i}`, RANGE));
-  const { keyGroups, lengths, data } = packed(100);
+  const { keyGroups, lengths, data } = packed(BATCH);
   let snapshots = [];
-  for (let cp = 1; cp <= 60; cp++) {
+  for (let cp = 1; cp <= 20; cp++) {
     snapshots = await Promise.all(
       writers.map((w) => {
         w.appendBatch(keyGroups, lengths, data);
@@ -273,7 +273,7 @@ else {
   if (results.append_batch) lines.push(`append_batch/1000x100B   ${f(results.append_batch.best_ns)} ns per change (median ${f(results.append_batch.median_ns)})`);
   if (results.persist) lines.push(`persist/1000x100B        ${f(results.persist.best_ms, 2)} ms per persist (median ${f(results.persist.median_ms, 2)})`);
   if (results.new_writer) lines.push(`new writer               ${f(results.new_writer.us_per_writer)} µs, ${f(results.new_writer.kib_per_writer)} KiB per idle writer (${results.new_writer.writers} writers)`);
-  if (results.read) lines.push(`read/60x100x100B         ${f(results.read.best_ns)} ns per change read back (median ${f(results.read.median_ns)})`);
+  if (results.read) lines.push(`read/20x1000x100B        ${f(results.read.best_ns)} ns per change read back (median ${f(results.read.median_ns)})`);
   for (const name of Object.keys(WORKLOADS)) {
     const s = results[name];
     if (!s) continue;

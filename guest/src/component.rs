@@ -19,7 +19,7 @@ wit_bindgen::generate!({
 use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
-use exports::dstl::changelog::reader::Guest as ReaderGuest;
+use exports::dstl::changelog::reader::{Guest as ReaderGuest, PackedChanges};
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
 struct Component;
@@ -195,15 +195,20 @@ impl ReaderGuest for Component {
         file: Result<Vec<u8>, String>,
         logical_size: u64,
         offsets: Vec<u64>,
-    ) -> Result<Vec<Vec<wit::Change>>, String> {
-        read::read_file(
+    ) -> Result<PackedChanges, String> {
+        let packed = read::read_file(
             &path,
             file.as_deref().map_err(String::as_str),
             logical_size,
             &offsets,
         )
-        .map(|sets| sets.into_iter().map(to_wit_changes).collect())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        Ok(PackedChanges {
+            counts: packed.counts,
+            key_groups: packed.key_groups,
+            lengths: packed.lengths,
+            data: packed.data,
+        })
     }
 }
 

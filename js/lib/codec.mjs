@@ -29,7 +29,7 @@ export class FormatError extends Error {
   }
 }
 
-/** The codec's sandbox trapped (a guest panic, memory exhausted); the instance was dropped. */
+/** The codec's sandbox trapped (a guest panic, memory exhausted; the instance was dropped) or answered something that does not add up. */
 export class CodecTrap extends Error {
   constructor(message) {
     super(message);
@@ -119,7 +119,8 @@ export class ComponentCodec {
    * The changes of the change sets at `offsets` of the changelog file `path`, one list
    * per offset in the order given (`reader.read-file`): `file` is the fetch, its bytes or
    * the I/O error's message; `logicalSize` the length the handle records. The error,
-   * naming the file and the offset, is the reader's (dstl-proto's `read`).
+   * naming the file and the offset, is the reader's (dstl-proto's `read`). Values are
+   * views into one buffer per call.
    * @param {string} path
    * @param {{tag: 'ok', val: Uint8Array}|{tag: 'err', val: string}} file
    * @param {bigint} logicalSize
@@ -129,7 +130,22 @@ export class ComponentCodec {
    */
   readFile(path, file, logicalSize, offsets) {
     const fetched = file.tag === 'ok' ? { tag: 'ok', val: view(file.val, 'file') } : file;
-    return this.#call('read-file', (root) => root.reader.readFile(path, fetched, logicalSize, BigUint64Array.from(offsets)));
+    const packed = this.#call('read-file', (root) => root.reader.readFile(path, fetched, logicalSize, BigUint64Array.from(offsets)));
+    // Columns, copied out once (WIT `packed-changes`): each change a view into `data`.
+    const { counts, keyGroups, lengths, data } = packed;
+    const sum = (column) => column.reduce((a, b) => a + b, 0);
+    if (sum(counts) !== keyGroups.length || lengths.length !== keyGroups.length || sum(lengths) !== data.length) {
+      throw new CodecTrap(`the codec's read-file returned change columns that do not add up (${path})`);
+    }
+    let change = 0;
+    let at = 0;
+    return Array.from(counts, (count) => {
+      const set = new Array(count);
+      for (let k = 0; k < count; k++, change++) {
+        set[k] = { keyGroup: keyGroups[change], value: data.subarray(at, (at += lengths[change])) };
+      }
+      return set;
+    });
   }
 }
 

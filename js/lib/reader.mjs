@@ -15,7 +15,8 @@ export const META_KEY_GROUP = -1;
 
 /**
  * Reads every change of `handle`: change sets in handle order; within one, metadata
- * first, then key group by key group in append order.
+ * first, then key group by key group in append order. Each value is a view into one
+ * buffer per file read.
  * @param {{entries: {handle: {path: string, fileSize: bigint|number}, offset: bigint|number}[]}} handle
  * @param {(path: string) => Promise<Uint8Array>} [read]
  * @param {import('./codec.mjs').ComponentCodec} [codec] default: one shared codec over the packaged component (or `$DSTL_GUEST_WASM`'s)

@@ -9,7 +9,8 @@
 //! - [`logical_file`]: a fetched file's logical bytes, checked against the length the
 //!   handle recorded.
 //! - [`visit_change_set`]: one change set's changes, borrowed from the logical bytes.
-//! - [`read_file`]: all of that for one whole file and the offsets a handle names in it.
+//! - [`read_file`]: all of that for one whole file and the offsets a handle names in it,
+//!   the changes packed as columns ([`PackedChanges`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -173,30 +174,74 @@ pub fn visit_change_set<'a>(
     Ok(changes)
 }
 
-/// The changes of the change sets at `offsets` of one file, one list per offset in the
-/// order given: `file` is the fetch's outcome (the whole file, or the host's I/O error),
-/// `logical_size` the logical length the handle recorded.
+/// The changes of a [`read_file`], packed as columns (for hosts that copy them out of a
+/// sandbox: four copies however many changes): change `i` has key group
+/// `key_groups[i]` and the next `lengths[i]` bytes of `data`; the change set of
+/// `offsets[j]` holds the next `counts[j]` changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackedChanges {
+    /// Changes per change set, in the order of the offsets.
+    pub counts: Vec<u32>,
+    /// Each change's key group.
+    pub key_groups: Vec<i32>,
+    /// Each change's value length.
+    pub lengths: Vec<u32>,
+    /// The values, one after another.
+    pub data: Vec<u8>,
+}
+
+impl PackedChanges {
+    /// The changes of each change set, unpacked; `None` if the columns do not add up
+    /// (they came from a component that lies).
+    pub fn unpack(&self) -> Option<Vec<Vec<Change>>> {
+        let changes = self.key_groups.len();
+        let counted: u64 = self.counts.iter().map(|&c| u64::from(c)).sum();
+        let bytes: u64 = self.lengths.iter().map(|&l| u64::from(l)).sum();
+        if counted != changes as u64
+            || self.lengths.len() != changes
+            || bytes != self.data.len() as u64
+        {
+            return None;
+        }
+        let (mut change, mut at) = (0, 0);
+        let sets = self.counts.iter().map(|&count| {
+            (0..count)
+                .map(|_| {
+                    let len = self.lengths[change] as usize;
+                    let c = Change {
+                        key_group: self.key_groups[change],
+                        value: self.data[at..at + len].to_vec(),
+                    };
+                    (change, at) = (change + 1, at + len);
+                    c
+                })
+                .collect()
+        });
+        Some(sets.collect())
+    }
+}
+
+/// The changes of the change sets at `offsets` of one file, in the order given: `file`
+/// is the fetch's outcome (the whole file, or the host's I/O error), `logical_size` the
+/// logical length the handle recorded.
 pub fn read_file(
     path: &str,
     file: Result<&[u8], &str>,
     logical_size: u64,
     offsets: &[u64],
-) -> Result<Vec<Vec<Change>>, FileError> {
+) -> Result<PackedChanges, FileError> {
     let file = file.map_err(|cause| FileError::unreadable(path, cause))?;
     let logical = logical_file(path, file, logical_size)?;
-    offsets
-        .iter()
-        .map(|&offset| {
-            let mut changes = Vec::new();
-            visit_change_set(path, &logical, 0, offset, &mut |key_group, value| {
-                changes.push(Change {
-                    key_group,
-                    value: value.to_vec(),
-                })
-            })?;
-            Ok(changes)
-        })
-        .collect()
+    let mut packed = PackedChanges::default();
+    for &offset in offsets {
+        let count = visit_change_set(path, &logical, 0, offset, &mut |key_group, value| {
+            packed.key_groups.push(key_group);
+            packed.lengths.push(value.len() as u32);
+            packed.data.extend_from_slice(value);
+        })?;
+        packed.counts.push(count as u32);
+    }
+    Ok(packed)
 }
 
 #[cfg(test)]
@@ -245,7 +290,10 @@ mod tests {
         let second = codec::encode_change_set([(2, &b"yz"[..])]);
         let (file, offsets) = codec::encode_file(&[first.clone(), second.clone()], true).unwrap();
         let size = (first.len() + second.len()) as u64;
-        let sets = read_file("f", Ok(&file), size, &[offsets[1], offsets[0]]).unwrap();
+        let sets = read_file("f", Ok(&file), size, &[offsets[1], offsets[0]])
+            .unwrap()
+            .unpack()
+            .unwrap();
         assert_eq!(sets[0], codec::decode_change_set(&second, 0).unwrap());
         assert_eq!(sets[1][0].key_group, -1);
 
@@ -278,6 +326,37 @@ mod tests {
             empty.to_string(),
             "corrupt changelog file f at logical offset 0: empty file: no compression flag byte"
         );
+    }
+
+    #[test]
+    fn columns_that_do_not_add_up_do_not_unpack() {
+        let good = PackedChanges {
+            counts: vec![1, 0],
+            key_groups: vec![4],
+            lengths: vec![2],
+            data: b"ab".to_vec(),
+        };
+        assert_eq!(good.unpack().unwrap()[0][0].value, b"ab");
+        for lie in [
+            PackedChanges {
+                data: b"a".to_vec(),
+                ..good.clone()
+            },
+            PackedChanges {
+                counts: vec![2],
+                ..good.clone()
+            },
+            PackedChanges {
+                lengths: vec![],
+                ..good.clone()
+            },
+            PackedChanges {
+                counts: vec![u32::MAX, 1],
+                ..good.clone()
+            },
+        ] {
+            assert_eq!(lie.unpack(), None, "{lie:?}");
+        }
     }
 
     #[test]

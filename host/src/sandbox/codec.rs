@@ -123,12 +123,20 @@ impl ComponentCodec {
         offsets: &[u64],
     ) -> Result<Vec<Vec<Change>>, String> {
         self.start_call();
-        let sets = self
+        let packed = self
             .bindings
             .dstl_changelog_reader()
             .call_read_file(&mut self.store, path, file, logical_size, offsets)
             .map_err(Self::trap)??;
-        Ok(sets.into_iter().map(from_wit_changes).collect())
+        let packed = dstl_proto::read::PackedChanges {
+            counts: packed.counts,
+            key_groups: packed.key_groups,
+            lengths: packed.lengths,
+            data: packed.data,
+        };
+        packed
+            .unpack()
+            .ok_or_else(|| "the codec returned change columns that do not add up".to_string())
     }
 
     /// The change set at `offset` of `logical`, decoded inside the sandbox.

@@ -11,7 +11,7 @@ wit_bindgen::generate!({
 use dstl::changelog::types as w;
 use dstl::changelog::{local_registry, registry, uploader};
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
-use exports::dstl::changelog::reader::Guest as ReaderGuest;
+use exports::dstl::changelog::reader::{Guest as ReaderGuest, PackedChanges};
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
 struct Component;
@@ -272,7 +272,7 @@ impl ReaderGuest for Component {
         _file: Result<Vec<u8>, String>,
         _logical_size: u64,
         _offsets: Vec<u64>,
-    ) -> Result<Vec<Vec<w::Change>>, String> {
+    ) -> Result<PackedChanges, String> {
         Err("this component does not decode".into())
     }
 }
