@@ -1,6 +1,6 @@
 // Recovery: turns a handle back into its changes, in order (the Rust host's
 // `recovery/reader.rs`). Each file is read once per handle however many change sets point
-// into it, and given whole to the component's reader (`reader.read-file`, dstl-proto's
+// into it (several at once), and given whole to the component's reader (`reader.read-file`, dstl-proto's
 // `read`), which checks its length, decodes the change sets the handle names and words
 // every failure, naming the file and the offset, as the Rust host does.
 
@@ -9,6 +9,9 @@ import { readFile } from 'node:fs/promises';
 
 import { sharedCodec } from './codec.mjs';
 import { ReadError } from './errors.mjs';
+
+/** Files one read fetches at once (as the Rust host's reader). */
+const READ_AHEAD = 4;
 
 /** Key group of a metadata change (the WIT's `change`). */
 export const META_KEY_GROUP = -1;
@@ -38,13 +41,21 @@ export async function readHandle(handle, read = readFile, codec = undefined) {
     if (!files.has(path)) files.set(path, { logicalSize: BigInt(entry.handle.fileSize), offsets: [], sets: null, next: 0 });
     files.get(path).offsets.push(BigInt(entry.offset));
   }
-  for (const [path, file] of files) {
-    let fetched;
-    try {
-      fetched = { tag: 'ok', val: await read(path) };
-    } catch (e) {
-      fetched = { tag: 'err', val: String(e?.message ?? e) };
-    }
+  // Up to READ_AHEAD files are fetched at once, decoded in order as they arrive.
+  const fetch = (path) =>
+    Promise.resolve()
+      .then(() => read(path))
+      .then(
+        (val) => ({ tag: 'ok', val }),
+        (e) => ({ tag: 'err', val: String(e?.message ?? e) }),
+      );
+  const paths = [...files.keys()];
+  const fetching = [];
+  let next = 0;
+  for (const path of paths) {
+    while (next < paths.length && fetching.length < READ_AHEAD) fetching.push(fetch(paths[next++]));
+    const fetched = await fetching.shift();
+    const file = files.get(path);
     try {
       file.sets = codec.readFile(path, fetched, file.logicalSize, file.offsets);
     } catch (e) {

@@ -25,6 +25,7 @@ import {
   loadComponent,
   parseDuration,
   parseMemory,
+  readHandle,
 } from '../lib/index.mjs';
 import { CodecPool } from '../lib/codec-pool.mjs';
 import { createDirsDurably } from '../lib/store.mjs';
@@ -419,6 +420,28 @@ describe('sandboxes', () => {
 });
 
 describe('recovery', () => {
+  test('a read fetches at most four files at once, decodes in handle order, and the first damaged file in handle order names the error', async () => {
+    // Ten one-change files, built by the component's codec.
+    const block = (keyGroup) => Buffer.from([0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, keyGroup, 0, 0, 0, 1, keyGroup]);
+    const files = new Map();
+    for (let i = 0; i < 10; i++) files.set(`f${i}`, codec.encodeFile([block(i)], i % 2 === 1));
+    const handle = { entries: [...files.keys()].reverse().map((path) => ({ handle: { path, fileSize: files.get(path).logicalSize }, offset: 0n })) };
+    let inFlight = 0;
+    let most = 0;
+    const read = (broken) => async (path) => {
+      inFlight++;
+      most = Math.max(most, inFlight);
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      inFlight--;
+      if (broken.has(path)) throw new Error(`ENOENT: ${path}`);
+      return files.get(path).bytes;
+    };
+    const changes = await readHandle(handle, read(new Set()), codec);
+    assert.deepEqual(changes.map((c) => c.keyGroup), [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]);
+    assert.equal(most, 4);
+    await assert.rejects(readHandle(handle, read(new Set(['f2', 'f6'])), codec), { name: 'ReadError', message: 'cannot read changelog file f6: ENOENT: f6' });
+  });
+
   test('unreadable, replaced and damaged files are read errors naming the file and offset', async () => {
     const storage = await open();
     const w = storage.createWriter('op', RANGE);
