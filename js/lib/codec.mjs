@@ -29,7 +29,10 @@ export class FormatError extends Error {
   }
 }
 
-/** The codec's sandbox trapped (a guest panic, memory exhausted; the instance was dropped) or answered something that does not add up. */
+/**
+ * The codec's sandbox trapped (a guest panic, memory exhausted; the instance was dropped)
+ * or answered something that does not add up.
+ */
 export class CodecTrap extends Error {
   constructor(message) {
     super(message);

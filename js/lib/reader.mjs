@@ -1,8 +1,9 @@
 // Recovery: turns a handle back into its changes, in order (the Rust host's
 // `recovery/reader.rs`). Each file is read once per handle however many change sets point
-// into it (several at once), and given whole to the component's reader (`reader.read-file`, dstl-proto's
-// `read`), which checks its length, decodes the change sets the handle names and words
-// every failure, naming the file and the offset, as the Rust host does.
+// into it (several files at once), and given whole to the component's reader
+// (`reader.read-file`, dstl-proto's `read`), which checks its length, decodes the change
+// sets the handle names and words every failure, naming the file and the offset, as the
+// Rust host does.
 
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
