@@ -323,7 +323,9 @@ export async function runScenario(scenario) {
             else if (step.truncate_to !== undefined) truncateSync(path, step.truncate_to);
             else if (step.overwrite !== undefined) {
               const file = readFileSync(path);
-              bytes(step.overwrite.value).copy(file, step.overwrite.at);
+              const value = bytes(step.overwrite.value);
+              if (step.overwrite.at + value.length > file.length) throw new Error(`${what}: overwrite at ${step.overwrite.at} runs past the file's end`);
+              value.copy(file, step.overwrite.at);
               writeFileSync(path, file);
             } else throw new Error(`${what}: damage_file needs remove, truncate_to or overwrite`);
             return undefined;

@@ -653,9 +653,13 @@ impl Run {
                         .as_u64()
                         .ok_or_else(|| anyhow!("overwrite.at"))?;
                     let mut bytes = std::fs::read(&path).context("reading the file")?;
-                    for (i, b) in self::bytes(&overwrite["value"])?.into_iter().enumerate() {
-                        bytes[at as usize + i] = b;
-                    }
+                    let value = self::bytes(&overwrite["value"])?;
+                    let range = usize::try_from(at)
+                        .ok()
+                        .and_then(|at| Some(at..at.checked_add(value.len())?))
+                        .filter(|range| range.end <= bytes.len())
+                        .ok_or_else(|| anyhow!("overwrite at {at} runs past the file's end"))?;
+                    bytes[range].copy_from_slice(&value);
                     std::fs::write(&path, bytes).context("writing the file")?;
                 } else {
                     Err(anyhow!(
