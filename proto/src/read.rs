@@ -115,7 +115,7 @@ impl<'h> ReadPlan<'h> {
         &self.files
     }
 
-    /// The index in [`ReadPlan::files`] of the file entry `i` of the handle points into.
+    /// The index in [`ReadPlan::files`] of the file the handle's entry `entry` points into.
     pub fn file_of(&self, entry: usize) -> usize {
         self.entry_files[entry]
     }
