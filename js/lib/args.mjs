@@ -3,6 +3,8 @@
 
 import { InvalidArgumentError } from './errors.mjs';
 
+/** The largest s32: also the format's longest value. */
+export const I32_MAX = 2147483647;
 const U64_MAX = (1n << 64n) - 1n;
 const S64_MIN = -(1n << 63n);
 const S64_MAX = (1n << 63n) - 1n;
@@ -23,7 +25,7 @@ export function s64(value, what) {
 
 /** Whether `value` is a number that fits an s32. */
 export function isI32(value) {
-  return Number.isInteger(value) && value >= -2147483648 && value <= 2147483647;
+  return Number.isInteger(value) && value >= -I32_MAX - 1 && value <= I32_MAX;
 }
 
 /** An s32 argument. */

@@ -16,11 +16,10 @@
 
 import { META_KEY_GROUP } from './reader.mjs';
 import { InvalidArgumentError, TrappedError, WriterError } from './errors.mjs';
-import { bytes, describe, i32, s64, u64 } from './args.mjs';
+import { bytes, describe, I32_MAX, i32, s64, u64 } from './args.mjs';
 import { IMPORT_KEYS } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
 
-const I32_MAX = 2147483647;
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
 const noop = () => {};
 /** Hand-off inputs held back (see `Writer#held`): a new sequence number, a persist answered without an error. */

@@ -33,7 +33,9 @@ pub struct WriterRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidWriter {
     /// Empty, too long, or with control characters (names go into logs and file names).
-    #[error("invalid writer name {0:?}: need 1 to 256 characters and no control characters")]
+    #[error(
+        "invalid writer name {0:?}: need 1 to {MAX_NAME_LEN} characters and no control characters"
+    )]
     Name(String),
     /// Not `0 <= start <= end`.
     #[error("invalid key-group range [{start}, {end}] for writer {name}: need 0 <= start <= end")]
@@ -59,7 +61,8 @@ pub enum InvalidWriter {
     },
     /// Below [`MIN_MEMORY_LIMIT`].
     #[error(
-        "memory limit {limit} of writer {name} is below 2 MiB (2097152 bytes), the least a writer starts with"
+        "memory limit {limit} of writer {name} is below {} MiB ({MIN_MEMORY_LIMIT} bytes), the least a writer starts with",
+        MIN_MEMORY_LIMIT >> 20
     )]
     MemoryBelowStart {
         /// The writer.
@@ -68,7 +71,10 @@ pub enum InvalidWriter {
         limit: u64,
     },
     /// Below [`MIN_CALL_TIMEOUT`].
-    #[error("call timeout {timeout:?} of writer {name} is below 1 ms")]
+    #[error(
+        "call timeout {timeout:?} of writer {name} is below {} ms",
+        MIN_CALL_TIMEOUT.as_millis()
+    )]
     CallTimeout {
         /// The writer.
         name: String,
