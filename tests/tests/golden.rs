@@ -476,9 +476,9 @@ fn damaged_plain_files_give_typed_errors() {
 
     // Missing file: the component's reader, given the same I/O error, words it alike.
     std::fs::remove_file(&target.path).unwrap();
-    match read_err(&snap.handle(), &target.path) {
-        ReadError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            let error = read_err(&snap.handle(), &target.path);
+    let error = read_err(&snap.handle(), &target.path);
+    match &error {
+        ReadError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             let (_tmp, _storage, mut decoder) = decoder();
             let path = target.path.to_str().unwrap();
             let in_sandbox =

@@ -298,6 +298,15 @@ fn texts(value: Option<&Value>) -> Vec<String> {
     }
 }
 
+/// `value` with `{file}` in every text replaced by `file`.
+fn with_file(value: &Value, file: &str) -> Value {
+    match value {
+        Value::String(text) => Value::String(text.replace("{file}", file)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| with_file(v, file)).collect()),
+        other => other.clone(),
+    }
+}
+
 /// Checks a failure, described as (kind, detail, display), against `expect`; `{file}` in
 /// an expected text stands for `file`.
 fn check_error(
@@ -308,20 +317,10 @@ fn check_error(
     let expect: Map<String, Value> = expect
         .iter()
         .map(|(key, value)| {
-            let value = match (value, file) {
-                (Value::String(text), Some(file)) => Value::String(text.replace("{file}", file)),
-                (Value::Array(items), Some(file)) => Value::Array(
-                    items
-                        .iter()
-                        .map(|item| match item {
-                            Value::String(text) => Value::String(text.replace("{file}", file)),
-                            other => other.clone(),
-                        })
-                        .collect(),
-                ),
-                (other, _) => other.clone(),
-            };
-            (key.clone(), value)
+            (
+                key.clone(),
+                file.map_or_else(|| value.clone(), |f| with_file(value, f)),
+            )
         })
         .collect();
     let want = expect["error"].as_str().unwrap();
