@@ -302,9 +302,11 @@ fn run_and_read(compression: bool) -> ReadBack {
     );
 
     let mut read_back = ReadBack::new();
+    let mut named = std::collections::BTreeSet::new();
     for name in &names {
         let manifest = manifests.join(name);
         let entries = check_manifest(&manifest, &data);
+        named.extend(entries.iter().map(|e| e.0.clone()));
         let plain = ok(tmp.path(), &["read", s(&manifest)]);
         let changes = parse_read(&plain);
         // The last checkpoint holds the appends since the last confirmed one, which was
@@ -345,6 +347,18 @@ fn run_and_read(compression: bool) -> ReadBack {
             read_back.insert((name.clone(), index), (key_group, value));
         }
     }
+    // The run deleted the files of subsumed checkpoints as it went: what is left is what
+    // the last checkpoints name, and the rest is counted.
+    let on_disk: std::collections::BTreeSet<PathBuf> = on_disk
+        .iter()
+        .map(|f| std::fs::canonicalize(f).unwrap())
+        .collect();
+    assert_eq!(on_disk, named, "{summary}");
+    assert_eq!(
+        count(&summary, "deleted_files"),
+        count(&summary, "files") - on_disk.len() as u64,
+        "{summary}"
+    );
     read_back
 }
 

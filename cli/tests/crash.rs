@@ -19,6 +19,7 @@ fn workload() -> Workload {
         checkpoint_every: 2000,
         seed: 7,
         manifests: None,
+        delete_subsumed: true,
     }
 }
 

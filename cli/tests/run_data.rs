@@ -278,7 +278,9 @@ fn a_full_disk_stops_the_run_with_one_error_naming_the_directory() {
     let root = tempfile::tempdir().unwrap();
     let mount = root.path().join("small");
     let data = mount.join("data");
-    // Long enough that a run carrying on after the first failure would still be going.
+    // Long enough that a run carrying on after the first failure would still be going;
+    // and checkpoints of 10 MB, so that the files the run keeps (each writer's last
+    // checkpoint) cannot fit in 8 MB however soon it deletes subsumed ones.
     let run = [
         "run",
         "--dir",
@@ -287,6 +289,8 @@ fn a_full_disk_stops_the_run_with_one_error_naming_the_directory() {
         "60s",
         "--writers",
         "4",
+        "--checkpoint-every",
+        "100000",
     ];
     let started = Instant::now();
     let (out, left) = on_small_file_system(&mount, "8m", &run);

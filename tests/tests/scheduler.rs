@@ -138,6 +138,7 @@ fn eight_writers_share_few_files() {
         checkpoint_every: 1_000,
         seed: 1,
         manifests: None,
+        delete_subsumed: true,
     };
     let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
     assert!(summary.verified);

@@ -87,6 +87,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         checkpoint_every: args.checkpoint_every,
         seed: args.seed,
         manifests: args.manifests.clone(),
+        delete_subsumed: true,
     };
     workload.validate()?;
     let data = RunData::plan(&config, keep)?;
@@ -206,8 +207,8 @@ fn print_summary(summary: &workload::Summary, change_size: usize, disposition: &
         summary.checkpoints, summary.persist_p50_ms, summary.persist_p99_ms
     );
     println!(
-        "  files           {} ({} bytes written)",
-        summary.files, summary.bytes_written
+        "  files           {} ({} bytes written; {} of subsumed checkpoints deleted)",
+        summary.files, summary.bytes_written, summary.deleted_files
     );
     println!("  peak RSS        {:.1} MB", summary.peak_rss_mb);
     println!(

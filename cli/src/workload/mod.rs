@@ -1,11 +1,13 @@
 //! The checkpointing workload behind `dstl run`: simulated operators append seeded
-//! changes and checkpoint (next-sequence-number, persist, confirm, truncate); at the end
-//! the last checkpoint of every writer is read back and checked against what was
+//! changes and checkpoint (next-sequence-number, persist, confirm, truncate); the run,
+//! as a job manager would, deletes the files of subsumed checkpoints (`retention`); at the
+//! end the last checkpoint of every writer is read back and checked against what was
 //! appended.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -15,13 +17,15 @@ mod density;
 mod input;
 mod measure;
 pub mod recovery;
+mod retention;
 
 pub use density::{Density, density};
 use input::{Changes, Pool};
 pub use measure::{current_rss_mb, direct_baseline_mb_per_s, disk_baseline_mb_per_s, peak_rss_mb};
+use retention::Retention;
 
 use dstl::recovery::manifest::{Manifest, ManifestFile};
-use dstl::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult};
+use dstl::{ChangelogStorage, KeyGroupRange, MetricsSnapshot, SnapshotResult, Store};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -40,6 +44,11 @@ pub struct Workload {
     pub seed: u64,
     /// Where to (re)write each writer's latest manifest.
     pub manifests: Option<PathBuf>,
+    /// Delete the files of subsumed checkpoints while the run goes on, as a job manager
+    /// would (a checkpoint is subsumed once its writer confirms the next one). Without it
+    /// the run keeps every file it wrote until it ends, as the Flink harness does: the
+    /// benchmarks compare like with like.
+    pub delete_subsumed: bool,
 }
 
 impl Workload {
@@ -79,6 +88,8 @@ pub struct Summary {
     pub files: u64,
     /// Bytes written to the store.
     pub bytes_written: u64,
+    /// Files of subsumed checkpoints deleted while the run went on.
+    pub deleted_files: u64,
     /// Wall time of the workload.
     pub wall_s: f64,
     /// Appends per second.
@@ -191,37 +202,52 @@ fn run_until(
     let first_failure = AtomicUsize::new(usize::MAX);
     let failed = AtomicBool::new(false);
     let halt = || failed.load(Ordering::Relaxed) || stop();
-    let outcomes = on_threads(workload.writers, |index| {
-        let name = format!("op-{index}");
-        let outcome = run_writer(
-            storage,
-            workload,
-            &pool,
-            index,
-            share(index),
-            deadline,
-            &halt,
-            &|n| progress(appended.fetch_add(n, Ordering::Relaxed) + n),
-        )
-        .map_err(|e| {
-            // dstl's writer errors name the writer already; others (a manifest that
-            // cannot be written) get its name here.
-            if e.to_string().contains(&format!("writer {name}")) {
-                e
-            } else {
-                e.context(format!("writer {name}"))
-            }
+    let retention = Retention::new(workload.writers);
+    let deleted = AtomicU64::new(0);
+    let (deletions, queued) = mpsc::channel();
+    let outcomes = std::thread::scope(|scope| {
+        let deleted = &deleted;
+        scope.spawn(move || delete_files(storage.store(), queued, deleted));
+        let subsumption = workload.delete_subsumed.then_some(Subsumption {
+            retention: &retention,
+            deletions: &deletions,
         });
-        if outcome.is_err() {
-            let _ = first_failure.compare_exchange(
-                usize::MAX,
+        let outcomes = on_threads(workload.writers, |index| {
+            let name = format!("op-{index}");
+            let outcome = run_writer(
+                storage,
+                workload,
+                &pool,
                 index,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            failed.store(true, Ordering::Relaxed);
-        }
-        outcome
+                share(index),
+                deadline,
+                subsumption,
+                &halt,
+                &|n| progress(appended.fetch_add(n, Ordering::Relaxed) + n),
+            )
+            .map_err(|e| {
+                // dstl's writer errors name the writer already; others (a manifest that
+                // cannot be written) get its name here.
+                if e.to_string().contains(&format!("writer {name}")) {
+                    e
+                } else {
+                    e.context(format!("writer {name}"))
+                }
+            });
+            if outcome.is_err() {
+                let _ = first_failure.compare_exchange(
+                    usize::MAX,
+                    index,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                failed.store(true, Ordering::Relaxed);
+            }
+            outcome
+        });
+        // The deletion thread ends once it has deleted everything queued.
+        drop(deletions);
+        outcomes
     });
     let first_failure = first_failure.into_inner();
     if first_failure != usize::MAX {
@@ -273,6 +299,7 @@ fn run_until(
         checkpoints,
         files: metrics.uploaded_files,
         bytes_written: metrics.written_bytes,
+        deleted_files: deleted.load(Ordering::Relaxed),
         wall_s: wall.as_secs_f64(),
         appends_per_s: changes as f64 / wall.as_secs_f64(),
         payload_mb_per_s: payload_bytes as f64 / 1e6 / wall.as_secs_f64(),
@@ -302,6 +329,40 @@ pub(crate) fn on_threads<T: Send>(
             })
             .collect()
     })
+}
+
+/// Deletes the files the run's [`Retention`] gives up, on a thread of its own, until the
+/// writers are done. A file that cannot be deleted stays an orphan for `dstl gc`.
+fn delete_files(store: &dyn Store, queued: mpsc::Receiver<Vec<String>>, deleted: &AtomicU64) {
+    for path in queued.into_iter().flatten() {
+        match store.delete(&path) {
+            Ok(()) => {
+                deleted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => tracing::warn!(
+                %path,
+                %error,
+                "could not delete a file of a subsumed checkpoint; `dstl gc` collects it"
+            ),
+        }
+    }
+}
+
+/// Where operators report their confirmed checkpoints when the run deletes the files of
+/// subsumed ones.
+#[derive(Clone, Copy)]
+struct Subsumption<'a> {
+    retention: &'a Retention,
+    deletions: &'a mpsc::Sender<Vec<String>>,
+}
+
+impl Subsumption<'_> {
+    fn delete(&self, files: Vec<String>) {
+        if !files.is_empty() {
+            // The deletion thread outlives every operator.
+            let _ = self.deletions.send(files);
+        }
+    }
 }
 
 /// Appends per batch call: large enough to amortize the call into the sandbox.
@@ -335,29 +396,45 @@ struct Checkpoint {
     id: i64,
     from: u64,
     to: u64,
+    /// The [`Retention`] clock read just before `to` was taken.
+    tick: u64,
+    /// The clock reading of the checkpoint that ended at `from`.
+    from_tick: u64,
     /// Change indexes `[first, end)` the snapshot holds.
     changes: (u64, u64),
 }
 
 /// Where one operator stands: what it confirmed and what it measured.
 struct Operator<'a> {
+    index: usize,
     writer: dstl::Writer,
     workload: &'a Workload,
+    subsumption: Option<Subsumption<'a>>,
     /// The end of the last confirmed checkpoint: where the next persist starts.
     confirmed: (u64, u64),
+    /// The clock reading of that checkpoint.
+    confirmed_tick: u64,
     outcome: WriterOutcome,
 }
 
 impl Operator<'_> {
     /// A persist completed: confirm and truncate (as the checkpoint coordinator would
-    /// tell the task), record the latency, and write the manifest.
-    fn confirm(&mut self, checkpoint: Checkpoint, snapshot: SnapshotResult) -> anyhow::Result<()> {
+    /// tell the task), record the latency, write the manifest, and (when the run deletes
+    /// subsumed checkpoints) give up the files only earlier checkpoints named.
+    /// `oldest_pending` is the checkpoint of the oldest persist still in flight.
+    fn confirm(
+        &mut self,
+        checkpoint: Checkpoint,
+        snapshot: SnapshotResult,
+        oldest_pending: Option<&Checkpoint>,
+    ) -> anyhow::Result<()> {
         self.outcome.latencies.push(checkpoint.started.elapsed());
         let writer = &self.writer;
         writer.confirm(checkpoint.from, checkpoint.to, checkpoint.id)?;
         if checkpoint.to > self.confirmed.0 {
             writer.truncate(checkpoint.to)?;
             self.confirmed = (checkpoint.to, checkpoint.changes.1);
+            self.confirmed_tick = checkpoint.tick;
         }
         if let Some(dir) = &self.workload.manifests {
             let mut manifest = Manifest::from_snapshot(&snapshot);
@@ -370,6 +447,16 @@ impl Operator<'_> {
             manifest
                 .store(&path)
                 .with_context(|| format!("cannot write manifest {}", path.display()))?;
+        }
+        // After the manifest: a crash in between leaves it naming files that still exist.
+        if let Some(subsumption) = self.subsumption {
+            let safe = oldest_pending.map_or(self.confirmed_tick, |c| c.from_tick);
+            let files = snapshot
+                .remote
+                .entries
+                .iter()
+                .map(|e| e.handle.path.as_str());
+            subsumption.delete(subsumption.retention.confirmed(self.index, files, safe)?);
         }
         self.outcome.checkpoints += 1;
         self.outcome.last = Some((snapshot, checkpoint.changes.0, checkpoint.changes.1));
@@ -394,6 +481,7 @@ fn run_writer(
     index: usize,
     changes: u64,
     deadline: Option<Instant>,
+    subsumption: Option<Subsumption<'_>>,
     halt: &dyn Fn() -> bool,
     progress: &dyn Fn(u64),
 ) -> anyhow::Result<Option<WriterOutcome>> {
@@ -407,9 +495,12 @@ fn run_writer(
     )?;
     let source = Changes::new(pool, index, workload.key_groups, workload.change_size);
     let mut operator = Operator {
+        index,
         writer,
         workload,
+        subsumption,
         confirmed: (0, 0),
+        confirmed_tick: 0,
         outcome: WriterOutcome {
             latencies: Vec::new(),
             checkpoints: 0,
@@ -453,10 +544,13 @@ fn run_writer(
         // before an earlier one: its range holds the earlier one's).
         while let Some(outcome) = pending.front_mut().and_then(|p| p.future.try_wait()) {
             let finished = pending.pop_front().expect("a front");
-            operator.confirm(finished.checkpoint, outcome?)?;
+            let oldest = pending.front().map(|p| &p.checkpoint);
+            operator.confirm(finished.checkpoint, outcome?, oldest)?;
         }
         if since_checkpoint == workload.checkpoint_every || last {
             checkpoint += 1;
+            // The clock first: `to` then covers every change in a file seen by then.
+            let tick = subsumption.map_or(0, |s| s.retention.now());
             let to = operator.writer.next_sequence_number()?;
             let (from, first) = operator.confirmed;
             let started = Instant::now();
@@ -467,16 +561,22 @@ fn run_writer(
                     id: checkpoint,
                     from,
                     to,
+                    tick,
+                    from_tick: operator.confirmed_tick,
                     changes: (first, done),
                 },
             });
             since_checkpoint = 0;
         }
     }
-    for Pending { future, checkpoint } in pending {
-        operator.confirm(checkpoint, future.wait()?)?;
+    while let Some(Pending { future, checkpoint }) = pending.pop_front() {
+        let oldest = pending.front().map(|p| &p.checkpoint);
+        operator.confirm(checkpoint, future.wait()?, oldest)?;
     }
     operator.writer.close()?;
+    if let Some(subsumption) = subsumption {
+        subsumption.delete(subsumption.retention.closed(index));
+    }
     Ok(Some(operator.outcome))
 }
 
@@ -551,6 +651,7 @@ impl Workload {
                 checkpoint_every: 10_000 / writers as u64,
                 seed,
                 manifests: None,
+                delete_subsumed: false,
             },
             compression,
         ))
