@@ -151,6 +151,35 @@ fn eight_writers_share_few_files() {
     );
 }
 
+/// `dstl run`'s job manager: with 16 writers sharing files, several persists in flight
+/// each and pre-emptive uploads between checkpoints, the run deletes the files of
+/// subsumed checkpoints as it goes, never one a checkpoint names (the run would fail
+/// naming it), and leaves only what the last checkpoints name.
+#[test]
+fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=16kb"]);
+    let workload = dstl_cli::workload::Workload {
+        writers: 16,
+        // Enough that persists complete while the writers go on appending (40 MB each).
+        changes: 4_000_000,
+        change_size: 100,
+        key_groups: 128,
+        checkpoint_every: 2_000,
+        seed: 3,
+        manifests: None,
+        delete_subsumed: true,
+    };
+    let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
+    assert!(summary.verified);
+    assert!(summary.deleted_files > 0, "{summary:?}");
+    assert_eq!(
+        store.files().len() as u64,
+        summary.files - summary.deleted_files,
+        "{summary:?}"
+    );
+}
+
 // ---- retries, timeouts and faults (Flink's BatchingStateChangeUploadSchedulerTest and
 // RetryingExecutorTest; I/O failures are retried unlike Flink: ARCHITECTURE.md F8) ----
 
