@@ -33,8 +33,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Simulated operators append seeded changes and checkpoint; the last checkpoint of
-    /// every writer is read back and verified.
+    /// Simulated operators append seeded changes and checkpoint, and the files of
+    /// subsumed checkpoints are deleted as the run goes; the last checkpoint of every
+    /// writer is read back and verified.
     Run(RunArgs),
     /// Print every change of a snapshot, one `KEYGROUP<TAB>HEX` per line.
     Read {
