@@ -202,15 +202,20 @@ fn run_until(
     let first_failure = AtomicUsize::new(usize::MAX);
     let failed = AtomicBool::new(false);
     let halt = || failed.load(Ordering::Relaxed) || stop();
-    let retention = Retention::new(workload.writers);
+    let retention = workload
+        .delete_subsumed
+        .then(|| Retention::new(workload.writers));
     let deleted = AtomicU64::new(0);
     let (deletions, queued) = mpsc::channel();
     let outcomes = std::thread::scope(|scope| {
-        let deleted = &deleted;
-        scope.spawn(move || delete_files(storage.store(), queued, deleted));
-        let subsumption = workload.delete_subsumed.then_some(Subsumption {
-            retention: &retention,
-            deletions: &deletions,
+        // The deletion thread only when the run deletes.
+        let subsumption = retention.as_ref().map(|retention| {
+            let deleted = &deleted;
+            scope.spawn(move || delete_files(storage.store(), queued, deleted));
+            Subsumption {
+                retention,
+                deletions: &deletions,
+            }
         });
         let outcomes = on_threads(workload.writers, |index| {
             let name = format!("op-{index}");
