@@ -73,13 +73,21 @@ impl WriterConfig {
 }
 
 /// A persist waiting for uploads (Flink's `UploadCompletionListener`).
+///
+/// Unlike Flink's listener it holds no results of its own, only how many of its change
+/// sets are still in flight: the results live once, in the writer (`uploaded`, and
+/// `retained` for those truncated while it waits). A copy per listener made memory and
+/// time grow with the square of the persists pending — each result went into every
+/// listener whose range holds it — so a writer whose uploads fell behind frequent
+/// checkpoints slowed down further and hit its memory limit.
 struct Listener {
     /// `None` for pre-emptive persists, which nobody awaits.
     ticket: Option<u64>,
     from: SequenceNumber,
     to: SequenceNumber,
     checkpoint: CheckpointId,
-    results: BTreeMap<SequenceNumber, UploadResult>,
+    /// Change sets of `[from, to)` whose upload has not succeeded yet.
+    missing: u64,
     /// Payload bytes uploaded for this persist. Unlike Flink (F4) this counts every
     /// upload that contributes, not only the one that completes the listener.
     incremental_size: u64,
@@ -88,10 +96,6 @@ struct Listener {
 impl Listener {
     fn wants(&self, sqn: SequenceNumber) -> bool {
         self.from <= sqn && sqn < self.to
-    }
-
-    fn is_complete(&self) -> bool {
-        self.results.len() as u64 == self.to - self.from
     }
 }
 
@@ -108,7 +112,11 @@ pub struct Writer {
     highest_sqn: SequenceNumber,
     active: ChangeSetBuilder,
     not_uploaded: BTreeMap<SequenceNumber, ChangeSetBlock<Block>>,
+    /// Results of the change sets the writer holds (in `[lowest_sqn, highest_sqn)`).
     uploaded: BTreeMap<SequenceNumber, UploadResult>,
+    /// Results the writer no longer holds (truncated, before or after their upload) that
+    /// a pending persist still names; pruned as the persists complete.
+    retained: BTreeMap<SequenceNumber, UploadResult>,
     in_flight: HashMap<u64, InFlight>,
     listeners: Vec<Listener>,
     highest_failed: Option<(SequenceNumber, String)>,
@@ -130,6 +138,7 @@ impl Writer {
             active: ChangeSetBuilder::default(),
             not_uploaded: BTreeMap::new(),
             uploaded: BTreeMap::new(),
+            retained: BTreeMap::new(),
             in_flight: HashMap::new(),
             listeners: Vec::new(),
             highest_failed: None,
@@ -369,29 +378,27 @@ impl Writer {
         }
         self.rollover();
         let to_upload = self.not_uploaded.split_off(&from);
-        let ready: BTreeMap<SequenceNumber, UploadResult> = self
-            .uploaded
-            .range(from..)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        if checkpoint != PREEMPTIVE_CHECKPOINT {
-            for result in ready.values() {
-                if let Some(local) = &result.local {
-                    fx.local_register(&local.handle, checkpoint);
-                }
+        let to = self.active_sqn;
+        // `from` is at or above `lowest_sqn`, so every result of the range is `uploaded`.
+        let mut ready = 0u64;
+        for result in self.uploaded.range(from..to).map(|(_, r)| r) {
+            ready += 1;
+            if checkpoint != PREEMPTIVE_CHECKPOINT
+                && let Some(local) = &result.local
+            {
+                fx.local_register(&local.handle, checkpoint);
             }
         }
-        let to = self.active_sqn;
-        if to - from == ready.len() as u64 {
+        if to - from == ready {
             debug_assert!(to_upload.is_empty());
-            return Ok(Some(self.build_snapshot(fx, &ready, 0)));
+            return Ok(Some(self.build_snapshot(fx, from, to, 0)));
         }
         self.listeners.push(Listener {
             ticket,
             from,
             to,
             checkpoint,
-            results: ready,
+            missing: to - from - ready,
             incremental_size: 0,
         });
         if !to_upload.is_empty() {
@@ -424,12 +431,41 @@ impl Writer {
         Ok(None)
     }
 
+    /// The results of `[from, to)`, in order: those the writer holds and those it keeps
+    /// for pending persists only.
+    fn results(&self, from: SequenceNumber, to: SequenceNumber) -> Vec<&UploadResult> {
+        // Retained results are below `lowest_sqn` (truncated), held ones at or above it.
+        let results: Vec<&UploadResult> = self
+            .retained
+            .range(from..to)
+            .chain(self.uploaded.range(from..to))
+            .map(|(_, r)| r)
+            .collect();
+        debug_assert!(results.is_sorted_by_key(|r| r.sequence_number));
+        results
+    }
+
+    /// Drops the retained results no pending persist names any more.
+    fn prune_retained(&mut self) {
+        match self.listeners.iter().map(|l| l.from).min() {
+            Some(from) => self.retained = self.retained.split_off(&from),
+            None => self.retained.clear(),
+        }
+    }
+
+    /// Whether a pending persist names change set `sqn`.
+    fn wanted(&self, sqn: SequenceNumber) -> bool {
+        self.listeners.iter().any(|l| l.wants(sqn))
+    }
+
     fn build_snapshot(
         &self,
         fx: &mut impl Effects,
-        results: &BTreeMap<SequenceNumber, UploadResult>,
+        from: SequenceNumber,
+        to: SequenceNumber,
         incremental_size: u64,
     ) -> SnapshotResult {
+        let results = self.results(from, to);
         let handle = |entries: Vec<HandleEntry>, incremental_size| {
             let state_size = entries.iter().map(|e| e.size).sum();
             ChangelogHandle {
@@ -442,7 +478,7 @@ impl Writer {
         };
         let remote = handle(
             results
-                .values()
+                .iter()
                 .map(|r| HandleEntry {
                     handle: r.remote.clone(),
                     offset: r.offset,
@@ -453,7 +489,7 @@ impl Writer {
         );
         let local = if self.config.local_recovery {
             let locals: Vec<HandleEntry> = results
-                .values()
+                .iter()
                 .filter_map(|r| {
                     r.local.as_ref().map(|l| HandleEntry {
                         handle: l.handle.clone(),
@@ -506,57 +542,67 @@ impl Writer {
             self.release_all(fx, &results);
             return Vec::new();
         }
+        for result in &results {
+            for listener in self.listeners.iter_mut() {
+                if listener.wants(result.sequence_number) {
+                    listener.missing -= 1;
+                    listener.incremental_size += result.size;
+                }
+            }
+        }
+        let held = self.lowest_sqn..self.highest_sqn;
+        for result in &results {
+            let sqn = result.sequence_number;
+            if held.contains(&sqn) {
+                self.uploaded.insert(sqn, result.clone());
+            } else if self.wanted(sqn) {
+                // Truncated while in flight, yet a pending persist names it.
+                self.retained.insert(sqn, result.clone());
+            }
+        }
         let mut completions = Vec::new();
         let mut i = 0;
         while i < self.listeners.len() {
-            let listener = &mut self.listeners[i];
-            for result in &results {
-                if listener.wants(result.sequence_number) {
-                    listener.incremental_size += result.size;
-                    listener
-                        .results
-                        .insert(result.sequence_number, result.clone());
-                }
+            if self.listeners[i].missing > 0 {
+                i += 1;
+                continue;
             }
-            if listener.is_complete() {
-                let listener = self.listeners.remove(i);
-                let snapshot =
-                    self.build_snapshot(fx, &listener.results, listener.incremental_size);
-                // Register under the checkpoint that uses the files (F5): Flink registers
-                // results under the checkpoint of the persist that started the upload, so a
-                // later checkpoint that only waited on it lost its local files on confirm.
-                // Change sets truncated while the persist waited were released: the writer
-                // no longer holds their files, so it has nothing to register for them.
-                if listener.checkpoint != PREEMPTIVE_CHECKPOINT && snapshot.local.is_some() {
-                    let held = self.lowest_sqn..self.highest_sqn;
-                    for (sqn, result) in &listener.results {
-                        if let Some(local) = result.local.as_ref().filter(|_| held.contains(sqn)) {
-                            fx.local_register(&local.handle, listener.checkpoint);
-                        }
+            let listener = self.listeners.remove(i);
+            let snapshot =
+                self.build_snapshot(fx, listener.from, listener.to, listener.incremental_size);
+            // Register under the checkpoint that uses the files (F5): Flink registers
+            // results under the checkpoint of the persist that started the upload, so a
+            // later checkpoint that only waited on it lost its local files on confirm.
+            // Change sets truncated while the persist waited were released: the writer
+            // no longer holds their files, so it has nothing to register for them.
+            if listener.checkpoint != PREEMPTIVE_CHECKPOINT && snapshot.local.is_some() {
+                for result in self
+                    .uploaded
+                    .range(listener.from..listener.to)
+                    .map(|(_, r)| r)
+                {
+                    if let Some(local) = &result.local {
+                        fx.local_register(&local.handle, listener.checkpoint);
                     }
                 }
-                if let Some(ticket) = listener.ticket {
-                    completions.push(PersistCompletion {
-                        ticket,
-                        outcome: Ok(snapshot),
-                    });
-                }
-            } else {
-                i += 1;
+            }
+            if let Some(ticket) = listener.ticket {
+                completions.push(PersistCompletion {
+                    ticket,
+                    outcome: Ok(snapshot),
+                });
             }
         }
-        for result in results {
+        self.prune_retained();
+        for result in &results {
             if in_flight.checkpoint != PREEMPTIVE_CHECKPOINT
                 && let Some(local) = &result.local
             {
                 fx.local_register(&local.handle, in_flight.checkpoint);
             }
-            let sqn = result.sequence_number;
-            if self.lowest_sqn <= sqn && sqn < self.highest_sqn {
-                self.uploaded.insert(sqn, result);
-            } else {
+            if !held.contains(&result.sequence_number) {
                 // Truncated while in flight.
-                self.release_all(fx, std::slice::from_ref(&result));
+                self.release_all(fx, std::slice::from_ref(result));
             }
         }
         completions
@@ -607,6 +653,7 @@ impl Writer {
                 true
             }
         });
+        self.prune_retained();
         if let Some(&max) = sqns.iter().max()
             && max >= self.lowest_sqn
             && self.highest_failed.as_ref().is_none_or(|(h, _)| max > *h)
@@ -681,11 +728,7 @@ impl Writer {
         if discarded.is_empty() {
             return;
         }
-        let pending = self
-            .listeners
-            .iter_mut()
-            .flat_map(|l| l.results.values_mut());
-        for result in self.uploaded.values_mut().chain(pending) {
+        for result in self.uploaded.values_mut().chain(self.retained.values_mut()) {
             if result
                 .local
                 .as_ref()
@@ -715,8 +758,11 @@ impl Writer {
         self.not_uploaded = kept;
         let kept = self.uploaded.split_off(&to);
         let dropped = std::mem::replace(&mut self.uploaded, kept);
-        for result in dropped.values() {
-            self.release_all(fx, std::slice::from_ref(result));
+        for (sqn, result) in dropped {
+            self.release_all(fx, std::slice::from_ref(&result));
+            if self.wanted(sqn) {
+                self.retained.insert(sqn, result);
+            }
         }
         Ok(())
     }
@@ -749,6 +795,7 @@ impl Writer {
         self.active = ChangeSetBuilder::default();
         self.not_uploaded.clear();
         self.uploaded.clear();
+        self.retained.clear();
         fx.log(
             Level::Debug,
             &format!(
@@ -786,6 +833,12 @@ impl Writer {
     /// The sequence number the open change set will get.
     pub fn active_sequence_number(&self) -> SequenceNumber {
         self.active_sqn
+    }
+
+    /// Upload results stored, once each whatever the number of persists naming them.
+    #[cfg(test)]
+    fn stored_results(&self) -> usize {
+        self.uploaded.len() + self.retained.len()
     }
 }
 

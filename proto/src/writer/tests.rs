@@ -2154,3 +2154,87 @@ fn value_pieces_schedule_the_same_blocks() {
     }
     assert_eq!(scheduled[0], scheduled[1]);
 }
+
+#[test]
+fn pending_persists_share_results_instead_of_copying_them() {
+    // A writer whose uploads fall behind frequent checkpoints: 200 persists from 0, all
+    // pending, then the uploads land newest first. Every persist completes with its whole
+    // range, and no result is stored more than once (a copy per pending persist grew with
+    // the square of their number).
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    let values: Vec<Vec<u8>> = (0..200).map(|i| bytes(16, i as u8)).collect();
+    let mut tickets = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        append(&mut w, &mut fx, value);
+        tickets.push(pending(w.persist(&mut fx, 0, i as i64 + 1)));
+    }
+    let mut completions = Vec::new();
+    for id in fx.pending().into_iter().rev() {
+        completions.extend(upload(&mut w, &mut fx, id));
+        assert!(w.stored_results() <= values.len());
+    }
+    assert_eq!(completions.len(), tickets.len());
+    for (i, ticket) in tickets.iter().enumerate() {
+        let snapshot = completed(&completions, *ticket);
+        let decoded = fx.decode(&snapshot.remote);
+        let expected: Vec<Vec<Change>> = values[..=i].iter().map(|v| vec![change(KG, v)]).collect();
+        assert_eq!(decoded, expected, "persist {i}");
+    }
+    assert_eq!(w.stored_results(), values.len());
+}
+
+#[test]
+fn a_persist_waiting_across_truncations_still_names_the_truncated_change_sets() {
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    let (a, b, c) = (bytes(8, 1), bytes(8, 2), bytes(8, 3));
+    append(&mut w, &mut fx, &a);
+    let first = pending(w.persist(&mut fx, 0, 1));
+    append(&mut w, &mut fx, &b);
+    let second = pending(w.persist(&mut fx, 0, 2));
+    append(&mut w, &mut fx, &c);
+    let third = pending(w.persist(&mut fx, 0, 3));
+    let [t0, t1, t2] = fx.pending()[..] else {
+        panic!("three tasks")
+    };
+    // sqn 0 lands, completing the first persist, whose confirm truncates it away.
+    let done = upload(&mut w, &mut fx, t0);
+    assert_eq!(
+        fx.decode(&completed(&done, first).remote),
+        vec![vec![change(KG, &a)]]
+    );
+    w.confirm(&mut fx, 0, 1, 1).unwrap();
+    w.truncate(&mut fx, 1).unwrap();
+    // sqn 1 is truncated before its upload lands: released at once, still named.
+    w.truncate(&mut fx, 2).unwrap();
+    let done = upload(&mut w, &mut fx, t1);
+    assert_eq!(
+        fx.decode(&completed(&done, second).remote),
+        vec![vec![change(KG, &a)], vec![change(KG, &b)]]
+    );
+    assert_eq!(
+        w.stored_results(),
+        2,
+        "the third persist still names sqn 0 and 1"
+    );
+    let done = upload(&mut w, &mut fx, t2);
+    assert_eq!(
+        fx.decode(&completed(&done, third).remote),
+        vec![
+            vec![change(KG, &a)],
+            vec![change(KG, &b)],
+            vec![change(KG, &c)]
+        ]
+    );
+    assert_eq!(
+        w.stored_results(),
+        1,
+        "only sqn 2 is held; nothing waits any more"
+    );
+    assert_eq!(
+        paths_of(&fx.releases),
+        vec!["remote/0".to_string(), "remote/1".to_string()],
+        "truncated change sets are released once, as before"
+    );
+}
