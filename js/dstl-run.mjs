@@ -23,6 +23,9 @@ const USAGE = `usage: dstl-run [options]   (or: node dstl-run.mjs [options])
   --change-size BYTES     bytes per change (default 100)
   --key-groups K          key groups per writer, 0..K-1 (default 128)
   --checkpoint-every N    appends per writer between checkpoints (default 10000)
+  --max-pending-checkpoints N
+                          a checkpoint due while a writer has N pending waits until one
+                          completes; the writer goes on appending (default 64)
   --compression           Snappy-framed files
   --seed S                seed of the change bytes (default 42)
   --manifests DIR         after each checkpoint, atomically rewrite DIR/<writer>.json
@@ -53,6 +56,7 @@ function parseOptions(argv) {
         'change-size': { type: 'string', default: '100' },
         'key-groups': { type: 'string', default: '128' },
         'checkpoint-every': { type: 'string', default: '10000' },
+        'max-pending-checkpoints': { type: 'string', default: '64' },
         compression: { type: 'boolean', default: false },
         seed: { type: 'string', default: '42' },
         manifests: { type: 'string' },
@@ -77,6 +81,7 @@ function parseOptions(argv) {
     changeSize: integer('change-size', v['change-size'], 0, 64 << 20),
     keyGroups: integer('key-groups', v['key-groups'], 1, 32_768),
     checkpointEvery: integer('checkpoint-every', v['checkpoint-every'], 1, Number.MAX_SAFE_INTEGER),
+    maxPendingCheckpoints: integer('max-pending-checkpoints', v['max-pending-checkpoints'], 1, Number.MAX_SAFE_INTEGER),
     compression: v.compression,
     seed: BigInt(v.seed),
     manifests: v.manifests,
@@ -99,8 +104,10 @@ function percentile(sorted, p) {
  * the last confirmed checkpoint)`. The operator never waits for a checkpoint (only the
  * in-flight limit holds it); after each batch it takes, in order, the persists that
  * completed meanwhile and confirms each (as the checkpoint coordinator would tell the
- * task), truncating to its end when that is past the confirmed end. After the last
- * append it takes a final checkpoint and waits for every persist, in order.
+ * task), truncating to its end when that is past the confirmed end. A checkpoint due
+ * while `maxPendingCheckpoints` are pending waits for the first batch boundary after one
+ * completes. After the last append it takes a final checkpoint and waits for every
+ * persist, in order.
  */
 async function runWriter(storage, workload, pool, index, changes, progress) {
   const name = `op-${index}`;
@@ -141,7 +148,9 @@ async function runWriter(storage, workload, pool, index, changes, progress) {
   let sinceCheckpoint = 0;
   let checkpoint = 0;
   while (done < changes) {
-    const n = Math.min(BATCH, changes - done, workload.checkpointEvery - sinceCheckpoint);
+    // Past a checkpoint deferred by the cap on pending ones: whole batches until it is taken.
+    const untilCheckpoint = workload.checkpointEvery - sinceCheckpoint;
+    const n = Math.min(BATCH, changes - done, untilCheckpoint > 0 ? untilCheckpoint : BATCH);
     // Back-pressure: the in-flight limit is an admission before appending (Node cannot
     // block inside the writer's upload import).
     if (!storage.isAvailable()) await storage.available();
@@ -161,7 +170,8 @@ async function runWriter(storage, workload, pool, index, changes, progress) {
       if (finished.error !== undefined) throw finished.error;
       await confirm(finished.checkpoint, finished.value);
     }
-    if (sinceCheckpoint === workload.checkpointEvery || done === changes) {
+    const due = sinceCheckpoint >= workload.checkpointEvery && pending.length < workload.maxPendingCheckpoints;
+    if (due || done === changes) {
       checkpoint++;
       const to = writer.nextSequenceNumber();
       const [from, first] = confirmed;

@@ -825,6 +825,7 @@ fn bad_workload_is_rejected_naming_the_option() {
         ("--writers", "0"),
         ("--key-groups", "0"),
         ("--checkpoint-every", "0"),
+        ("--max-pending-checkpoints", "0"),
     ] {
         let args = ["run", "--dir", s(&data), "--json", option, value];
         let (stdout, stderr) = fails(tmp.path(), &args);

@@ -20,6 +20,7 @@ fn workload() -> Workload {
         seed: 7,
         manifests: None,
         delete_subsumed: true,
+        max_pending_checkpoints: None,
     }
 }
 

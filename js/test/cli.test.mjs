@@ -100,6 +100,7 @@ test('whichever checkpoint comes last, it holds changes [first, end) of the form
 test('bad options fail with exit status 2 and a message naming the value', async () => {
   for (const [args, message] of [
     [['--writers', '0'], '--writers 0 must be between 1 and 10000'],
+    [['--max-pending-checkpoints', '0'], '--max-pending-checkpoints 0 must be between 1 and'],
     [['--key-groups', 'many'], '--key-groups many: expected a whole number'],
     [['--frobnicate'], "Unknown option '--frobnicate'"],
     [['--conf', 'dstl.dfs.upload.timeout=soon'], 'invalid value `soon` for `dstl.dfs.upload.timeout`'],
@@ -112,10 +113,27 @@ test('bad options fail with exit status 2 and a message naming the value', async
   }
 });
 
+test('--max-pending-checkpoints 1 defers the checkpoints due while one is pending; the last still holds every change', async () => {
+  const dir = join(base, 'capped');
+  const out = await cli(['--dir', join(dir, 'data'), '--manifests', join(dir, 'm'), '--writers', '1', '--changes', '20000', '--checkpoint-every', '5000', '--max-pending-checkpoints', '1', '--seed', '42', ...HELD, '--json']);
+  assert.equal(out.code, 0, out.stderr);
+  const summary = JSON.parse(out.stdout);
+  assert.equal(summary.verified, true);
+  // The first checkpoint is held for the batching delay, so the two due after it are
+  // deferred; the final one is always taken.
+  assert.equal(summary.checkpoints, 2);
+  const manifest = JSON.parse(readFileSync(join(dir, 'm', 'op-0.json'), 'utf8'));
+  assert.equal(manifest.checkpoint_id, 2);
+  assert.deepEqual(manifest.changes, [0, 20000]);
+  const { remote } = await loadManifest(join(dir, 'm', 'op-0.json'));
+  const changes = await readHandle(remote);
+  assert.equal(`changes=${changes.length} sha256=${digest(changes)}`, summary.digests['op-0']);
+});
+
 test('--help prints the options; --conf sets the base path unless --dir is given', async () => {
   const help = await cli(['--help']);
   assert.equal(help.code, 0);
-  for (const option of ['--dir', '--writers', '--changes', '--change-size', '--key-groups', '--checkpoint-every', '--compression', '--seed', '--manifests', '--conf', '--json']) {
+  for (const option of ['--dir', '--writers', '--changes', '--change-size', '--key-groups', '--checkpoint-every', '--max-pending-checkpoints', '--compression', '--seed', '--manifests', '--conf', '--json']) {
     assert.ok(help.stdout.includes(option), option);
   }
   const dir = join(base, 'conf-dir');

@@ -139,6 +139,7 @@ fn eight_writers_share_few_files() {
         seed: 1,
         manifests: None,
         delete_subsumed: true,
+        max_pending_checkpoints: None,
     };
     let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
     assert!(summary.verified);
@@ -169,6 +170,7 @@ fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
         seed: 3,
         manifests: None,
         delete_subsumed: true,
+        max_pending_checkpoints: None,
     };
     let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
     assert!(summary.verified);
@@ -177,6 +179,44 @@ fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
         store.files().len() as u64,
         summary.files - summary.deleted_files,
         "{summary:?}"
+    );
+}
+
+/// `dstl run`'s cap on pending checkpoints, as Flink's coordinator caps concurrent ones:
+/// persists take at least 20 ms and a checkpoint falls due every 100 appends, so with at
+/// most one pending the writers take far fewer than fall due and go on appending
+/// meanwhile; the run still verifies and deletes what its checkpoints subsumed. Without
+/// the cap the same run takes every one.
+#[test]
+fn a_run_defers_checkpoints_past_its_cap_on_pending_ones() {
+    let run = |max_pending_checkpoints| {
+        let tmp = tempfile::tempdir().unwrap();
+        let (storage, store) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=20ms"]);
+        let workload = dstl_cli::workload::Workload {
+            writers: 2,
+            changes: 20_000,
+            change_size: 100,
+            key_groups: 128,
+            checkpoint_every: 100,
+            seed: 4,
+            manifests: None,
+            delete_subsumed: true,
+            max_pending_checkpoints,
+        };
+        let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
+        assert!(summary.verified, "{summary:?}");
+        assert_eq!(
+            store.files().len() as u64,
+            summary.files - summary.deleted_files,
+            "{summary:?}"
+        );
+        summary.checkpoints
+    };
+    assert_eq!(run(None), 200, "every checkpoint that falls due");
+    let capped = run(Some(1));
+    assert!(
+        capped <= 100,
+        "{capped} of 200 checkpoints taken with one pending at most"
     );
 }
 

@@ -44,6 +44,14 @@ pub(super) struct RunArgs {
     /// Appends per writer between checkpoints.
     #[arg(long, default_value_t = 10_000)]
     pub(super) checkpoint_every: u64,
+    /// At most this many checkpoints of one writer pending at once, as Flink's
+    /// `execution.checkpointing.max-concurrent-checkpoints`: a checkpoint due while they
+    /// are waits until one completes, and the writer goes on appending meanwhile. Each
+    /// pending checkpoint names every change set since the last confirmed one, so without
+    /// a cap, uploads that fall behind frequent checkpoints grow the writers' memory
+    /// quadratically
+    #[arg(long, default_value_t = workload::DEFAULT_MAX_PENDING_CHECKPOINTS)]
+    pub(super) max_pending_checkpoints: usize,
     /// Snappy-compress files.
     #[arg(long)]
     pub(super) compression: bool,
@@ -88,6 +96,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<()> {
         seed: args.seed,
         manifests: args.manifests.clone(),
         delete_subsumed: true,
+        max_pending_checkpoints: Some(args.max_pending_checkpoints),
     };
     workload.validate()?;
     let data = RunData::plan(&config, keep)?;

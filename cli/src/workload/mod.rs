@@ -49,7 +49,21 @@ pub struct Workload {
     /// the run keeps every file it wrote until it ends, as the Flink harness does: the
     /// benchmarks compare like with like.
     pub delete_subsumed: bool,
+    /// At most this many checkpoints of one writer pending at once, as Flink's checkpoint
+    /// coordinator allows (`execution.checkpointing.max-concurrent-checkpoints`): a
+    /// checkpoint that falls due while they are pending is taken after the next batch of
+    /// appends that finds one completed, and the writer goes on appending meanwhile.
+    /// Every pending checkpoint's snapshot names each change set since the last confirmed
+    /// one, so k pending checkpoints name O(k²) change sets; with no cap (`None`, as the
+    /// Flink harness runs) uploads that fall behind frequent checkpoints grow that
+    /// without bound, up to the writer's memory limit.
+    pub max_pending_checkpoints: Option<usize>,
 }
+
+/// `dstl run`'s default [`Workload::max_pending_checkpoints`]: above what a run keeps
+/// pending while its uploads keep up (about 25 per writer for the default run's 200
+/// checkpoints a second and 110 ms persists), and a few MB of snapshots per writer.
+pub const DEFAULT_MAX_PENDING_CHECKPOINTS: usize = 64;
 
 impl Workload {
     /// Checks the parameters, naming the bad one.
@@ -62,6 +76,9 @@ impl Workload {
                 "--key-groups {} must be between 1 and 32768",
                 self.key_groups
             );
+        }
+        if self.max_pending_checkpoints == Some(0) {
+            bail!("--max-pending-checkpoints 0 must be at least 1");
         }
         if self.checkpoint_every == 0 {
             bail!("--checkpoint-every must be at least 1");
@@ -473,7 +490,9 @@ impl Operator<'_> {
 /// harness: after every `checkpoint_every` appends, `to = next-sequence-number` and
 /// `persist(from = the end of the last confirmed checkpoint)`; the operator never waits
 /// for a checkpoint (only the in-flight limit can hold it), and when a persist completes
-/// it confirms `[from, to)` and truncates to `to`. After the last append (the
+/// it confirms `[from, to)` and truncates to `to`. A checkpoint due while
+/// `max_pending_checkpoints` are pending waits for the first batch boundary after one
+/// completes. After the last append (the
 /// `changes`-th, or the first after `deadline`) it takes a final checkpoint and waits for
 /// every persist. When `halt` says so (asked before every batch), it stops at once:
 /// no final checkpoint, and closing the writer fails its pending persists; it then returns
@@ -526,9 +545,13 @@ fn run_writer(
             let _ = operator.writer.close();
             return Ok(None);
         }
-        let n = BATCH
-            .min(changes - done)
-            .min(workload.checkpoint_every - since_checkpoint);
+        // Past a checkpoint deferred by the cap on pending ones: whole batches until it is
+        // taken.
+        let until_checkpoint = match workload.checkpoint_every.checked_sub(since_checkpoint) {
+            Some(0) | None => BATCH,
+            Some(n) => n,
+        };
+        let n = BATCH.min(changes - done).min(until_checkpoint);
         batch.clear();
         for i in done..done + n {
             source.next_into(
@@ -552,7 +575,11 @@ fn run_writer(
             let oldest = pending.front().map(|p| &p.checkpoint);
             operator.confirm(finished.checkpoint, outcome?, oldest)?;
         }
-        if since_checkpoint == workload.checkpoint_every || last {
+        let due = since_checkpoint >= workload.checkpoint_every
+            && workload
+                .max_pending_checkpoints
+                .is_none_or(|max| pending.len() < max);
+        if due || last {
             checkpoint += 1;
             // The clock first: `to` then covers every change in a file seen by then.
             let tick = subsumption.map_or(0, |s| s.retention.now());
@@ -657,6 +684,7 @@ impl Workload {
                 seed,
                 manifests: None,
                 delete_subsumed: false,
+                max_pending_checkpoints: None,
             },
             compression,
         ))
