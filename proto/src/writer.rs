@@ -542,6 +542,31 @@ impl Writer {
             self.release_all(fx, &results);
             return Vec::new();
         }
+        // Each change set of the task counts once, whatever the results say: a listener
+        // that reached zero too early would hand out a snapshot with a hole.
+        let given = results.len();
+        let mut results: Vec<UploadResult> = results
+            .into_iter()
+            .filter(|r| {
+                in_flight
+                    .sequence_numbers
+                    .binary_search(&r.sequence_number)
+                    .is_ok()
+            })
+            .collect();
+        results.sort_by_key(|r| r.sequence_number);
+        results.dedup_by_key(|r| r.sequence_number);
+        if results.len() != given {
+            fx.log(
+                Level::Warn,
+                &format!(
+                    "writer {}: task {task} came back with {given} results for change sets {:?}; ignoring the {} that repeat or name others",
+                    self.config.name,
+                    in_flight.sequence_numbers,
+                    given - results.len()
+                ),
+            );
+        }
         for result in &results {
             for listener in self.listeners.iter_mut() {
                 if listener.wants(result.sequence_number) {

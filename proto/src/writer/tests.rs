@@ -2238,3 +2238,42 @@ fn a_persist_waiting_across_truncations_still_names_the_truncated_change_sets() 
         "truncated change sets are released once, as before"
     );
 }
+
+#[test]
+fn repeated_results_of_a_task_count_once() {
+    // A host that repeats a result, or names a change set the task did not hold, must
+    // not complete a persist early: its snapshot would miss a change set.
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    let (a, b) = (bytes(8, 1), bytes(8, 2));
+    append(&mut w, &mut fx, &a);
+    let first = pending(w.persist(&mut fx, 0, 1));
+    append(&mut w, &mut fx, &b);
+    let second = pending(w.persist(&mut fx, 0, 2));
+    let [t0, t1] = fx.pending()[..] else {
+        panic!("two tasks")
+    };
+    let (_, results) = fx.write_file(&[t1]).pop().unwrap();
+    let mut repeated = results.clone();
+    repeated.extend(results.clone());
+    repeated.push(UploadResult {
+        sequence_number: 0,
+        ..results[0].clone()
+    });
+    assert!(w.on_upload_succeeded(&mut fx, t1, repeated).is_empty());
+    assert!(
+        fx.logs.iter().any(|(level, m)| *level == Level::Warn
+            && m.contains("ignoring the 2 that repeat or name others")),
+        "{:?}",
+        fx.logs
+    );
+    let done = upload(&mut w, &mut fx, t0);
+    assert_eq!(
+        fx.decode(&completed(&done, first).remote),
+        vec![vec![change(KG, &a)]]
+    );
+    assert_eq!(
+        fx.decode(&completed(&done, second).remote),
+        vec![vec![change(KG, &a)], vec![change(KG, &b)]]
+    );
+}
