@@ -329,7 +329,9 @@ export class Writer {
   }
 
   /**
-   * Makes every change set from `from` on durable for `checkpoint`. Throws at once for a
+   * Makes every change set from `from` on durable for `checkpoint` (its snapshot names
+   * each of them, so keep the persists pending at once bounded: k pending from the same
+   * `from` name O(k²) change sets, in the writer's capped memory). Throws at once for a
    * precondition violation; otherwise returns a Promise of the snapshot result, which
    * rejects with a {@link WriterError} (`upload-failed`, `closed`) or a
    * {@link TrappedError}. The Promise's `immediate` is true when nothing had to be

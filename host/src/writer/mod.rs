@@ -227,6 +227,13 @@ impl Writer {
 
     /// Makes every change set from `from` on durable for `checkpoint`. The returned
     /// future completes when the uploads it needs have landed (or failed).
+    ///
+    /// Each pending persist's snapshot names every change set from its `from` on, so k
+    /// persists pending from the same `from` name O(k²) change sets, built in the sandbox
+    /// when they complete. Keep the number pending bounded, as Flink's checkpoint
+    /// coordinator does (`execution.checkpointing.max-concurrent-checkpoints`), or
+    /// uploads that fall behind frequent persists can take the writer to its memory
+    /// limit (`dstl.writer.memory-limit`), where it traps.
     pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
         let started = Instant::now();
         let name = &self.core.name;
