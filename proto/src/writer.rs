@@ -81,8 +81,8 @@ impl WriterConfig {
 /// listener whose range holds it — so a writer whose uploads fell behind frequent
 /// checkpoints slowed down further and hit its memory limit.
 struct Listener {
-    /// `None` for pre-emptive persists, which nobody awaits.
-    ticket: Option<u64>,
+    /// What the completion is delivered under.
+    ticket: u64,
     from: SequenceNumber,
     to: SequenceNumber,
     checkpoint: CheckpointId,
@@ -379,28 +379,33 @@ impl Writer {
         self.rollover();
         let to_upload = self.not_uploaded.split_off(&from);
         let to = self.active_sqn;
-        // `from` is at or above `lowest_sqn`, so every result of the range is `uploaded`.
-        let mut ready = 0u64;
-        for result in self.uploaded.range(from..to).map(|(_, r)| r) {
-            ready += 1;
-            if checkpoint != PREEMPTIVE_CHECKPOINT
-                && let Some(local) = &result.local
-            {
-                fx.local_register(&local.handle, checkpoint);
+        // A pre-emptive persist only uploads: nobody awaits its snapshot, so it has no
+        // listener (one per pre-emptive upload made every result visit thousands of them
+        // when small change sets were in flight).
+        if let Some(ticket) = ticket {
+            // `from` is at or above `lowest_sqn`, so every result of the range is `uploaded`.
+            let mut ready = 0u64;
+            for result in self.uploaded.range(from..to).map(|(_, r)| r) {
+                ready += 1;
+                if checkpoint != PREEMPTIVE_CHECKPOINT
+                    && let Some(local) = &result.local
+                {
+                    fx.local_register(&local.handle, checkpoint);
+                }
             }
+            if to - from == ready {
+                debug_assert!(to_upload.is_empty());
+                return Ok(Some(self.build_snapshot(fx, from, to, 0)));
+            }
+            self.listeners.push(Listener {
+                ticket,
+                from,
+                to,
+                checkpoint,
+                missing: to - from - ready,
+                incremental_size: 0,
+            });
         }
-        if to - from == ready {
-            debug_assert!(to_upload.is_empty());
-            return Ok(Some(self.build_snapshot(fx, from, to, 0)));
-        }
-        self.listeners.push(Listener {
-            ticket,
-            from,
-            to,
-            checkpoint,
-            missing: to - from - ready,
-            incremental_size: 0,
-        });
         if !to_upload.is_empty() {
             let id = self.next_task;
             self.next_task += 1;
@@ -419,7 +424,9 @@ impl Writer {
             if let Err(cause) = fx.schedule(task) {
                 // Not accepted: the change sets are gone, exactly as if the upload failed.
                 self.in_flight.remove(&id);
-                self.listeners.pop();
+                if ticket.is_some() {
+                    self.listeners.pop();
+                }
                 let cause = format!(
                     "the uploader refused change sets {:?} of writer {}: {cause}",
                     sequence_numbers, self.config.name
@@ -611,12 +618,10 @@ impl Writer {
                     }
                 }
             }
-            if let Some(ticket) = listener.ticket {
-                completions.push(PersistCompletion {
-                    ticket,
-                    outcome: Ok(snapshot),
-                });
-            }
+            completions.push(PersistCompletion {
+                ticket: listener.ticket,
+                outcome: Ok(snapshot),
+            });
         }
         self.prune_retained();
         for result in &results {
@@ -667,12 +672,10 @@ impl Writer {
         let mut completions = Vec::new();
         self.listeners.retain(|listener| {
             if sqns.iter().any(|&s| listener.wants(s)) {
-                if let Some(ticket) = listener.ticket {
-                    completions.push(PersistCompletion {
-                        ticket,
-                        outcome: Err(WriterError::UploadFailed(cause.to_string())),
-                    });
-                }
+                completions.push(PersistCompletion {
+                    ticket: listener.ticket,
+                    outcome: Err(WriterError::UploadFailed(cause.to_string())),
+                });
                 false
             } else {
                 true
@@ -833,14 +836,12 @@ impl Writer {
         Ok(self
             .listeners
             .drain(..)
-            .filter_map(|l| {
-                l.ticket.map(|ticket| PersistCompletion {
-                    ticket,
-                    outcome: Err(WriterError::Closed(format!(
-                        "writer {name} was closed while persisting [{}, {}) for checkpoint {}",
-                        l.from, l.to, l.checkpoint
-                    ))),
-                })
+            .map(|l| PersistCompletion {
+                ticket: l.ticket,
+                outcome: Err(WriterError::Closed(format!(
+                    "writer {name} was closed while persisting [{}, {}) for checkpoint {}",
+                    l.from, l.to, l.checkpoint
+                ))),
             })
             .collect())
     }
@@ -858,6 +859,12 @@ impl Writer {
     /// The sequence number the open change set will get.
     pub fn active_sequence_number(&self) -> SequenceNumber {
         self.active_sqn
+    }
+
+    /// Persists waiting for uploads.
+    #[cfg(test)]
+    fn pending_persists(&self) -> usize {
+        self.listeners.len()
     }
 
     /// Upload results stored, once each whatever the number of persists naming them.

@@ -2277,3 +2277,34 @@ fn repeated_results_of_a_task_count_once() {
         vec![vec![change(KG, &a)], vec![change(KG, &b)]]
     );
 }
+
+#[test]
+fn pre_emptive_uploads_wait_for_nothing() {
+    // Nobody awaits a pre-emptive persist: it uploads and keeps no listener, so results
+    // do not visit one per small change set in flight, and no snapshot is built (or
+    // warned about) for nobody.
+    let mut w = local_writer(10);
+    let mut fx = Fake {
+        local_copies: true,
+        ..Fake::default()
+    };
+    let values: Vec<Vec<u8>> = (0..100).map(|i| bytes(16, i as u8)).collect();
+    for value in &values {
+        append(&mut w, &mut fx, value);
+    }
+    assert_eq!(fx.pending().len(), 100, "one pre-emptive upload per change");
+    assert_eq!(w.pending_persists(), 0);
+    assert!(upload_all(&mut w, &mut fx).is_empty());
+    assert!(
+        fx.logs.iter().all(|(level, _)| *level != Level::Warn),
+        "{:?}",
+        fx.logs
+    );
+    let snapshot = ready(w.persist(&mut fx, 0, 1));
+    let expected: Vec<Vec<Change>> = values.iter().map(|v| vec![change(KG, v)]).collect();
+    assert_eq!(fx.decode(&snapshot.remote), expected);
+    assert_eq!(
+        fx.decode(&snapshot.local.expect("every change set has a local copy")),
+        expected
+    );
+}
