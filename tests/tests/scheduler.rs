@@ -152,14 +152,30 @@ fn eight_writers_share_few_files() {
     );
 }
 
+/// Runs `workload`, which deletes the files of subsumed checkpoints, on a storage opened
+/// with `conf`: the run verifies, and leaves exactly the files it did not delete.
+fn run_deleting_subsumed(
+    conf: &[&str],
+    workload: &dstl_cli::workload::Workload,
+) -> dstl_cli::workload::Summary {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(tmp.path(), conf);
+    let summary = dstl_cli::workload::run(&storage, workload, &|_| {}).unwrap();
+    assert!(summary.verified, "{summary:?}");
+    assert_eq!(
+        store.files().len() as u64,
+        summary.files - summary.deleted_files,
+        "{summary:?}"
+    );
+    summary
+}
+
 /// `dstl run`'s job manager: with 16 writers sharing files, several persists in flight
 /// each and pre-emptive uploads between checkpoints, the run deletes the files of
 /// subsumed checkpoints as it goes, never one a checkpoint names (the run would fail
 /// naming it), and leaves only what the last checkpoints name.
 #[test]
 fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=16kb"]);
     let workload = dstl_cli::workload::Workload {
         writers: 16,
         // Enough that persists complete while the writers go on appending (40 MB each).
@@ -172,14 +188,8 @@ fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
         delete_subsumed: true,
         max_pending_checkpoints: None,
     };
-    let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
-    assert!(summary.verified);
+    let summary = run_deleting_subsumed(&["dstl.dfs.preemptive-persist-threshold=16kb"], &workload);
     assert!(summary.deleted_files > 0, "{summary:?}");
-    assert_eq!(
-        store.files().len() as u64,
-        summary.files - summary.deleted_files,
-        "{summary:?}"
-    );
 }
 
 /// `dstl run`'s cap on pending checkpoints, as Flink's coordinator caps concurrent ones:
@@ -190,8 +200,6 @@ fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
 #[test]
 fn a_run_defers_checkpoints_past_its_cap_on_pending_ones() {
     let run = |max_pending_checkpoints| {
-        let tmp = tempfile::tempdir().unwrap();
-        let (storage, store) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=20ms"]);
         let workload = dstl_cli::workload::Workload {
             writers: 2,
             changes: 20_000,
@@ -203,14 +211,7 @@ fn a_run_defers_checkpoints_past_its_cap_on_pending_ones() {
             delete_subsumed: true,
             max_pending_checkpoints,
         };
-        let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
-        assert!(summary.verified, "{summary:?}");
-        assert_eq!(
-            store.files().len() as u64,
-            summary.files - summary.deleted_files,
-            "{summary:?}"
-        );
-        summary.checkpoints
+        run_deleting_subsumed(&["dstl.dfs.batch.persist-delay=20ms"], &workload).checkpoints
     };
     assert_eq!(run(None), 200, "every checkpoint that falls due");
     let capped = run(Some(1));
