@@ -36,10 +36,18 @@ for j in log4j-api log4j-core log4j-slf4j-impl log4j-1.2-api; do
   cp="$cp:$(ls "$lib"/$j-2.*.jar | head -n1)"
 done
 
+# A second native library with fault injection (the cargo feature `test-hooks`) for the tests
+# that need a writer to fail inside the host; the plugin's own library has none. Built after
+# the plugin jar took its copy of the library, and kept under a name of its own.
+hooks="$target/flink/libdstl_flink_test_hooks.so"
+echo "building the test-hooks library (cargo build --release -p dstl-flink --features test-hooks)" >&2
+cargo build --release -p dstl-flink --features test-hooks >&2
+cp "$target/release/libdstl_flink.so" "$hooks"
+
 rm -rf "$classes"
 mkdir -p "$classes"
 javac -encoding UTF-8 -Xlint:all -Xlint:-serial -Xlint:-processing -d "$classes" \
-  -cp "$cp:$junit:$plugin" flink/src/test/java/io/dstl/flink/it/*.java
+  -cp "$cp:$junit:$plugin" flink/src/test/java/io/dstl/flink/*.java flink/src/test/java/io/dstl/flink/it/*.java
 # Recursively: META-INF/services registers the tests' metric reporter factory.
 cp -R flink/src/test/resources/. "$classes"/
 
@@ -75,6 +83,7 @@ fi
 exec java -Xmx2g "${opens[@]}" \
   -Ddstl.flink.lib="$lib" \
   -Ddstl.flink.plugin.jar="$plugin" \
+  -Ddstl.flink.test.hooks.library="$hooks" \
   -Ddstl.it.log-dir="$logs" \
   -cp "$classes:$cp:$plugin:$junit" \
   org.junit.platform.console.ConsoleLauncher \

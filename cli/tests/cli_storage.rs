@@ -159,7 +159,8 @@ fn a_bad_configuration_file_is_rejected_naming_the_key() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("dstl.toml"), "{stderr}");
     assert!(
-        stderr.contains("`dstl.dfs.upload.timeout`") && stderr.contains("a duration such as"),
+        stderr.contains("`dstl.dfs.upload.timeout`")
+            && stderr.contains("a duration of at most 1 d, such as"),
         "{stderr}"
     );
     assert!(out.stdout.is_empty());

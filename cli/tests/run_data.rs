@@ -232,6 +232,13 @@ fn a_run_that_is_not_kept_refuses_an_existing_job_directory() {
 /// `size`; returns its output and what was left on the tmpfs when it ended (relative
 /// paths, one per line).
 fn on_small_file_system(mount: &Path, size: &str, args: &[&str]) -> (Output, String) {
+    on_file_system(mount, "tmpfs", &format!("size={size}"), args)
+}
+
+/// Runs `dstl args` in a mount namespace of its own where `mount` is a file system of
+/// type `fs` mounted with `options`; returns its output and what was left on it when it
+/// ended (relative paths, one per line).
+fn on_file_system(mount: &Path, fs: &str, options: &str, args: &[&str]) -> (Output, String) {
     std::fs::create_dir_all(mount).unwrap();
     let listing = mount.with_extension("left");
     // The mount lives and dies with the namespace: nothing to unmount, even if the test
@@ -243,13 +250,13 @@ fn on_small_file_system(mount: &Path, size: &str, args: &[&str]) -> (Output, Str
     } else {
         &["--user", "--map-root-user", "--mount"]
     };
-    let script = r#"mount -t tmpfs -o "size=$1" tmpfs "$2" || exit 99
-        mount="$2" listing="$3"; shift 3
+    let script = r#"mount -t "$1" -o "$2" "$1" "$3" || exit 99
+        mount="$3" listing="$4"; shift 4
         cd "$mount" && "$@"; status=$?
         find . -mindepth 1 > "$listing" || exit 98; exit $status"#;
     let out = Command::new("unshare")
         .args(namespaces)
-        .args(["sh", "-c", script, "sh", size, s(mount), s(&listing)])
+        .args(["sh", "-c", script, "sh", fs, options, s(mount), s(&listing)])
         .arg(env!("CARGO_BIN_EXE_dstl"))
         .args(args)
         .env_remove("RUST_LOG")
@@ -258,16 +265,52 @@ fn on_small_file_system(mount: &Path, size: &str, args: &[&str]) -> (Output, Str
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.code() != Some(99) && !stderr.contains("unshare:"),
-        "this test mounts a small tmpfs in a namespace of its own, which needs root or unprivileged user namespaces: {stderr}"
+        "this test mounts a {fs} in a namespace of its own, which needs root or unprivileged user namespaces: {stderr}"
     );
     assert_ne!(
         out.status.code(),
         Some(98),
-        "cannot list the tmpfs: {stderr}"
+        "cannot list the {fs}: {stderr}"
     );
     let left = std::fs::read_to_string(&listing)
-        .unwrap_or_else(|e| panic!("no listing of the tmpfs at {}: {e}", listing.display()));
+        .unwrap_or_else(|e| panic!("no listing of the {fs} at {}: {e}", listing.display()));
     (out, left)
+}
+
+/// A file system that creates a file opened with `O_DIRECT` and then refuses the flag
+/// with `EINVAL` (ramfs; tmpfs before Linux 6.6, as on RHEL 8 and 9): large fsync'd
+/// uploads, which are written directly elsewhere, go through the page cache, the first
+/// one included. Without retries, a first upload that failed would fail the run.
+#[test]
+fn a_file_system_that_refuses_o_direct_takes_large_uploads_through_the_page_cache() {
+    let root = tempfile::tempdir().unwrap();
+    let mount = root.path().join("ram");
+    let data = mount.join("data");
+    // Checkpoints of 1,000 changes of 1,000 bytes per writer: every file is past the
+    // 256 KiB from which uploads are written directly.
+    let run = [
+        "run",
+        "--dir",
+        s(&data),
+        "--writers",
+        "2",
+        "--changes",
+        "8000",
+        "--change-size",
+        "1000",
+        "--checkpoint-every",
+        "1000",
+        "--json",
+        "--conf",
+        "dstl.dfs.upload.retry-policy=none",
+    ];
+    let (out, left) = on_file_system(&mount, "ramfs", "mode=0755", &run);
+    let report = format!("{}\nleft on the ramfs:\n{left}", describe(&run, &out));
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let summary = parse_json(std::str::from_utf8(&out.stdout).unwrap());
+    assert_eq!(summary["verified"], true, "{report}");
+    assert!(summary["checkpoints"].as_u64().unwrap() >= 8, "{report}");
+    assert_eq!(left.trim(), "", "the run removed its data: {report}");
 }
 
 /// A full disk: the run stops at the first failed upload with one error that says "no

@@ -3,6 +3,8 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::sync::{CondvarExt, LockExt};
+
 /// A count of outstanding background jobs.
 #[derive(Clone, Default)]
 pub(crate) struct Outstanding(Arc<(Mutex<usize>, Condvar)>);
@@ -13,16 +15,16 @@ pub(crate) struct Job(Outstanding);
 impl Outstanding {
     /// Marks a job started.
     pub fn start(&self) -> Job {
-        *self.0.0.lock().unwrap() += 1;
+        *self.0.0.locked() += 1;
         Job(self.clone())
     }
 
     /// Blocks until no job is outstanding.
     pub fn wait_idle(&self) {
         let (count, cv) = &*self.0;
-        let mut n = count.lock().unwrap();
+        let mut n = count.locked();
         while *n > 0 {
-            n = cv.wait(n).unwrap();
+            n = cv.wait_locked(n);
         }
     }
 }
@@ -31,8 +33,10 @@ impl Outstanding {
     /// Like [`Outstanding::wait_idle`], but gives up after `limit`; true if idle.
     pub fn wait_idle_timeout(&self, limit: std::time::Duration) -> bool {
         let (count, cv) = &*self.0;
-        let n = count.lock().unwrap();
-        let (n, _) = cv.wait_timeout_while(n, limit, |n| *n > 0).unwrap();
+        let n = count.locked();
+        let (n, _) = cv
+            .wait_timeout_while(n, limit, |n| *n > 0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *n == 0
     }
 }
@@ -40,7 +44,7 @@ impl Outstanding {
 impl Drop for Job {
     fn drop(&mut self) {
         let (count, cv) = &*self.0.0;
-        let mut n = count.lock().unwrap();
+        let mut n = count.locked();
         *n -= 1;
         if *n == 0 {
             cv.notify_all();

@@ -53,6 +53,19 @@ pub enum Error {
         /// The trap and anything the guest printed.
         cause: String,
     },
+    /// The persist's snapshot was not acknowledged because the storage's lease on its job
+    /// lapsed: it was not refreshed for 5 minutes (the process was stopped or the machine
+    /// suspended that long, or the lease's store was unreachable), so `dstl gc` may have
+    /// collected the job's files by then. A persist naming a file written before the
+    /// lapse, or completing during it, fails with this; a checkpoint taken after the task
+    /// restarts uploads afresh. See README's guarantees.
+    #[error("writer {writer}: {reason}")]
+    LeaseLapsed {
+        /// The writer's name.
+        writer: String,
+        /// Which of the two cases, in words.
+        reason: String,
+    },
     /// A bad argument given to the host API itself, rejected before any writer sees it:
     /// a writer name that is empty, longer than 256 characters or holds control
     /// characters, a key-group range with `start < 0` or `start > end`, a per-writer

@@ -111,6 +111,7 @@ mod sandbox;
 mod services;
 mod storage;
 pub mod store;
+mod sync;
 pub mod telemetry;
 mod upload;
 mod writer;
@@ -138,7 +139,7 @@ pub use store::{
 };
 pub use upload::UploadError;
 pub use upload::retry::AttemptError;
-pub use upload::throttle::Availability;
+pub use upload::throttle::{Availability, interruptible};
 pub use writer::{PersistFuture, Writer, WriterOptions};
 
 /// Decoding of raw changelog bytes (the same codec the writer component uses).

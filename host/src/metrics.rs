@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use metrics::{counter, gauge, histogram};
 use serde::Serialize;
 
+use crate::sync::LockExt;
 use crate::telemetry;
 
 const WINDOW: usize = 1000;
@@ -38,7 +39,7 @@ pub struct HistogramSnapshot {
 
 impl Histogram {
     pub fn record(&self, value: u64) {
-        let mut guard = self.0.lock().unwrap();
+        let mut guard = self.0.locked();
         let (window, count) = &mut *guard;
         if window.len() == WINDOW {
             window.pop_front();
@@ -48,7 +49,7 @@ impl Histogram {
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let guard = self.0.lock().unwrap();
+        let guard = self.0.locked();
         let (window, count) = &*guard;
         if window.is_empty() {
             return HistogramSnapshot {

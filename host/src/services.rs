@@ -8,6 +8,7 @@ use crate::background::Outstanding;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::registry::{Discarder, Registries};
+use crate::store::lease::LeaseWatch;
 use crate::telemetry::WriterLabels;
 use crate::upload::Scheduler;
 
@@ -16,6 +17,8 @@ pub(crate) struct Services {
     pub config: Config,
     pub scheduler: Arc<Scheduler>,
     pub registries: Registries,
+    /// The holder's side of the job's lease: whether a snapshot may be acknowledged.
+    pub lease: Arc<LeaseWatch>,
     pub discarder: Discarder,
     /// Uploads and deletions started and not finished.
     pub outstanding: Outstanding,

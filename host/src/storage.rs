@@ -21,6 +21,7 @@ use crate::sandbox::{EngineSettings, Runtime, WriterComponent};
 use crate::services::Services;
 use crate::store::lease::Lease;
 use crate::store::{FileSource, LocalStore, Location, S3Store, Store, Stores, job_key_prefix};
+use crate::sync::LockExt;
 use crate::telemetry::WriterLabels;
 use crate::upload::buffers::BlockPool;
 use crate::upload::scheduler::SchedulerSettings;
@@ -234,6 +235,7 @@ impl ChangelogStorage {
             },
             uploader,
             registries.clone(),
+            lease.watch(),
             io.handle(),
             outstanding.clone(),
             metrics.clone(),
@@ -243,6 +245,7 @@ impl ChangelogStorage {
             config,
             scheduler,
             registries,
+            lease: lease.watch(),
             discarder,
             outstanding,
             metrics,
@@ -408,6 +411,35 @@ impl ChangelogStorage {
         &self.services.registries.local
     }
 
+    /// Makes the job's lease look unrefreshed for `gap`, as after the process was stopped
+    /// that long, for dstl's tests of the lease's terms (crate feature `test-util`; not a
+    /// stable API).
+    #[cfg(feature = "test-util")]
+    pub fn backdate_lease(&self, gap: std::time::Duration) {
+        self.services.lease.backdate(gap);
+    }
+
+    /// Makes the next upload a writer schedules panic inside the scheduler, while the
+    /// scheduler's queue and the writer are locked, as a defect of the host would: for
+    /// dstl's tests that such a panic fails that writer alone, with a typed error, and
+    /// breaks nothing else (crate feature `test-util`; not a stable API).
+    #[cfg(feature = "test-util")]
+    pub fn panic_in_next_schedule(&self) {
+        self.services
+            .scheduler
+            .panic_next_submit
+            .store(true, Ordering::SeqCst);
+    }
+
+    /// Refreshes the job's lease now (its refresher does every 30 s) and returns once
+    /// that was tried, for dstl's tests (crate feature `test-util`; not a stable API).
+    #[cfg(feature = "test-util")]
+    pub fn refresh_lease_now(&self) {
+        if let Some(lease) = self.closing.lease.locked().as_ref() {
+            lease.refresh_now();
+        }
+    }
+
     /// Blocks until every upload and deletion started so far has finished and its
     /// outcome was handed to its writer.
     pub fn wait_idle(&self) {
@@ -462,8 +494,10 @@ impl Closing {
         let services = &self.services;
         services.scheduler.close();
         let config = &services.config;
-        let grace =
-            (config.upload_timeout * config.max_attempts).max(std::time::Duration::from_secs(5));
+        let grace = config
+            .upload_timeout
+            .saturating_mul(config.max_attempts)
+            .max(std::time::Duration::from_secs(5));
         let started = std::time::Instant::now();
         if !services.outstanding.wait_idle_timeout(grace) {
             let abandoned = services.scheduler.abandon_running();
@@ -478,11 +512,17 @@ impl Closing {
         services
             .discarder
             .close(grace.saturating_sub(started.elapsed()));
-        if let Some(runtime) = self.io.lock().unwrap().take() {
+        if let Some(runtime) = self.io.locked().take() {
             runtime.shutdown_background();
         }
-        if let Some(lease) = self.lease.lock().unwrap().take() {
-            lease.release();
+        if let Some(lease) = self.lease.locked().take() {
+            // What is left of the grace (a moment at least: deleting a lease is one small
+            // request), so a store that does not answer holds the close no longer.
+            lease.release(
+                grace
+                    .saturating_sub(started.elapsed())
+                    .max(std::time::Duration::from_millis(200)),
+            );
         }
     }
 }

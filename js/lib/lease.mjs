@@ -32,10 +32,22 @@ export class Lease {
     const { records } = await sharedRules();
     const lease = records.newLease(BigInt(Date.now()), process.pid);
     const store = await LocalStore.open(resolve(base, job, lease.dir));
-    const path = await store.createParts(`${randomUUID()}${lease.suffix}`, [Buffer.from(lease.json)]);
-    const timer = setInterval(() => {
+    const name = `${randomUUID()}${lease.suffix}`;
+    const path = await store.createParts(name, [Buffer.from(lease.json)]);
+    const refresh = async () => {
       const now = new Date();
-      utimes(path, now, now).catch((e) =>
+      try {
+        await utimes(path, now, now);
+      } catch (e) {
+        if (e.code !== 'ENOENT') throw e;
+        // Collected by gc after it expired (the process was stopped for longer): without
+        // it the job's files would stay unprotected, so it is written again.
+        warn(`the lease ${path} was gone (collected after it expired); writing it again`);
+        await LocalStore.open(store.dir).then((again) => again.createParts(name, [Buffer.from(lease.json)]));
+      }
+    };
+    const timer = setInterval(() => {
+      refresh().catch((e) =>
         warn(`could not refresh the lease ${path}: ${e.message}; \`dstl gc\` may treat this job's files as unprotected once it expires`),
       );
     }, Number(lease.refreshMs));

@@ -386,13 +386,8 @@ export class Writer {
    */
   confirm(from, to, checkpoint) {
     const args = [u64(from, 'from'), u64(to, 'to'), s64(checkpoint, 'checkpoint')];
-    if (this.#closed && this.#live) {
-      // After close the guest refuses calls, but a confirmation still ends the local
-      // copies this writer registered below the checkpoint (not an error).
-      this.#enter();
-      this.#holdings.forget(this.#storage.ownership.discardUpTo(this.id, args[2]));
-      return;
-    }
+    // Also after close: the guest checks the range as before and discards the local
+    // copies this writer registered below the checkpoint.
     this.#callWith((live) => live.resource.confirm(...args));
   }
 

@@ -243,7 +243,7 @@ describe('configuration', () => {
 
   test('bad keys and values are rejected naming the key and the accepted form', () => {
     assert.throws(() => Config.from({ 'dstl.dfs.nope': '1' }), (e) => e instanceof ConfigError && e.message.includes('unknown configuration key `dstl.dfs.nope`'));
-    assert.throws(() => Config.from({ 'dstl.dfs.upload.timeout': 'soon' }), { message: 'invalid value `soon` for `dstl.dfs.upload.timeout`: expected a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)' });
+    assert.throws(() => Config.from({ 'dstl.dfs.upload.timeout': 'soon' }), { message: 'invalid value `soon` for `dstl.dfs.upload.timeout`: expected a duration of at most 1 d, such as `10 ms`, `1 s`, `2min` (no unit means ms)' });
     assert.throws(() => Config.from({ 'dstl.job-id': 'XYZ' }), /32 lowercase hexadecimal characters/);
     assert.throws(() => Config.from({ 'dstl.s3.endpoint': 'http://x' }), /not supported by the Node host/);
     assert.throws(() => Config.from({ 'dstl.writer.memory-limit': '1mb' }), /from 2mb to 4gb/);

@@ -13,9 +13,19 @@ use std::time::Duration;
 /// The accepted form of a size, for messages.
 pub const MEMORY_FORM: &str = "a size such as `5mb`, `10 mb`, `512kb` or `1024` (bytes)";
 /// The accepted form of a duration, for messages.
-pub const DURATION_FORM: &str = "a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)";
+pub const DURATION_FORM: &str =
+    "a duration of at most 1 d, such as `10 ms`, `1 s`, `2min` (no unit means ms)";
 /// The prefix Flink's keys carry; every key is also accepted without it.
 pub const FLINK_PREFIX: &str = "state.changelog.";
+/// The longest duration any key takes: no dstl timer waits longer than a day, and every
+/// instant a host computes from a duration (`now + delay`, `timeout × attempts`) stays
+/// far inside its clock's range.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// The most threads a pool of dstl's may be given (`dstl.dfs.upload.num-threads`,
+/// `dstl.dfs.discard.num-threads`).
+pub const MAX_THREADS: u32 = 1024;
+/// The most writers one storage may hold (`dstl.writer.max-writers`).
+pub const MAX_WRITERS: u32 = 65536;
 
 /// Every key, in the order `dstl config` lists them.
 pub const KEYS: &[&str] = &[
@@ -220,7 +230,11 @@ pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
         expected,
     };
     let memory = || parse_memory(value).ok_or_else(|| invalid(MEMORY_FORM));
-    let duration = || parse_duration(value).ok_or_else(|| invalid(DURATION_FORM));
+    let duration = || {
+        parse_duration(value)
+            .filter(|d| *d <= MAX_DURATION)
+            .ok_or_else(|| invalid(DURATION_FORM))
+    };
     let boolean = || match value.to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -232,6 +246,13 @@ pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| invalid("a whole number of at least 1"))
+    };
+    let threads = || {
+        value
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_THREADS).contains(n))
+            .ok_or_else(|| invalid("a whole number from 1 to 1024"))
     };
     Ok(match short {
         "dstl.dfs.base-path" => {
@@ -253,9 +274,17 @@ pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
             }
             UploadBufferSize(size)
         }
-        "dstl.dfs.upload.num-threads" => UploadThreads(positive()?),
-        "dstl.dfs.discard.num-threads" => DiscardThreads(positive()?),
-        "dstl.dfs.upload.max-in-flight" => MaxInFlight(memory()?),
+        "dstl.dfs.upload.num-threads" => UploadThreads(threads()?),
+        "dstl.dfs.discard.num-threads" => DiscardThreads(threads()?),
+        "dstl.dfs.upload.max-in-flight" => {
+            // Flink admits a task while the bytes in flight are below the limit: at 0
+            // nothing would ever be admitted.
+            let limit = memory()?;
+            if limit == 0 {
+                return Err(invalid("a size of at least 1 byte"));
+            }
+            MaxInFlight(limit)
+        }
         "dstl.dfs.upload.retry-policy" => RetryPolicy(match value {
             "fixed" => RetryPolicyKind::Fixed,
             "none" => RetryPolicyKind::None,
@@ -290,11 +319,17 @@ pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
             }
             WriterMemoryLimit(limit)
         }
-        "dstl.writer.max-writers" => MaxWriters(positive()?),
+        "dstl.writer.max-writers" => MaxWriters(
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_WRITERS).contains(n))
+                .ok_or_else(|| invalid("a whole number from 1 to 65536"))?,
+        ),
         "dstl.writer.call-timeout" => {
             let timeout = duration()?;
             if timeout < Duration::from_millis(1) {
-                return Err(invalid("a duration of at least 1 ms"));
+                return Err(invalid("a duration from 1 ms to 1 d"));
             }
             WriterCallTimeout(timeout)
         }
@@ -314,7 +349,13 @@ pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
         "dstl.s3.access-key-id" => S3AccessKeyId(value.to_string()),
         "dstl.s3.secret-access-key" => S3SecretAccessKey(value.to_string()),
         "dstl.s3.allow-http" => S3AllowHttp(boolean()?),
-        "dstl.s3.request-timeout" => S3RequestTimeout(duration()?),
+        "dstl.s3.request-timeout" => {
+            let timeout = duration()?;
+            if timeout < Duration::from_millis(1) {
+                return Err(invalid("a duration from 1 ms to 1 d"));
+            }
+            S3RequestTimeout(timeout)
+        }
         "dstl.metrics.writer-label-limit" => MetricsWriterLabelLimit(
             value
                 .parse::<u32>()
@@ -511,14 +552,20 @@ mod tests {
             parse("state.changelog.dstl.dfs.upload.timeout", "soon")
                 .unwrap_err()
                 .to_string(),
-            "invalid value `soon` for `state.changelog.dstl.dfs.upload.timeout`: expected a duration such as `10 ms`, `1 s`, `2min` (no unit means ms)"
+            "invalid value `soon` for `state.changelog.dstl.dfs.upload.timeout`: expected a duration of at most 1 d, such as `10 ms`, `1 s`, `2min` (no unit means ms)"
         );
         for (key, value, form) in [
             ("dstl.dfs.upload.retry-policy", "Fixed", "`fixed` or `none`"),
-            ("dstl.dfs.upload.num-threads", "0", "at least 1"),
+            ("dstl.dfs.upload.num-threads", "0", "from 1 to 1024"),
+            ("dstl.dfs.discard.num-threads", "1025", "from 1 to 1024"),
+            ("dstl.dfs.upload.max-in-flight", "0", "at least 1 byte"),
+            ("dstl.dfs.batch.persist-delay", "25h", "at most 1 d"),
+            ("dstl.dfs.upload.timeout", "200000000000000d", "at most 1 d"),
+            ("dstl.writer.max-writers", "65537", "from 1 to 65536"),
+            ("dstl.s3.request-timeout", "0", "from 1 ms to 1 d"),
             ("dstl.dfs.upload.buffer-size", "3gb", "2147483647 bytes"),
             ("dstl.writer.memory-limit", "1mb", "from 2mb to 4gb"),
-            ("dstl.writer.call-timeout", "500us", "at least 1 ms"),
+            ("dstl.writer.call-timeout", "500us", "from 1 ms to 1 d"),
             ("dstl.job-id", "ABC", "hexadecimal"),
             ("dstl.s3.endpoint", "ftp://x", "http://"),
             ("dstl.dfs.base-path", " ", "directory path"),

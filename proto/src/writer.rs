@@ -574,6 +574,29 @@ impl Writer {
                 ),
             );
         }
+        // A change set the task held but got no result for was not uploaded as far as
+        // this writer knows: the persists that need it fail (as for a failed upload)
+        // instead of waiting for a result that never comes.
+        let missing: Vec<SequenceNumber> = in_flight
+            .sequence_numbers
+            .iter()
+            .copied()
+            .filter(|s| {
+                results
+                    .binary_search_by_key(s, |r| r.sequence_number)
+                    .is_err()
+            })
+            .collect();
+        let mut completions = Vec::new();
+        if !missing.is_empty() {
+            let cause =
+                format!("the upload of task {task} returned no result for change sets {missing:?}");
+            fx.log(
+                Level::Warn,
+                &format!("writer {}: {cause}", self.config.name),
+            );
+            completions = self.record_failure(&missing, &cause);
+        }
         for result in &results {
             for listener in self.listeners.iter_mut() {
                 if listener.wants(result.sequence_number) {
@@ -592,7 +615,6 @@ impl Writer {
                 self.retained.insert(sqn, result.clone());
             }
         }
-        let mut completions = Vec::new();
         let mut i = 0;
         while i < self.listeners.len() {
             if self.listeners[i].missing > 0 {

@@ -37,7 +37,18 @@ fn a_config_refuses_bad_values_and_keeps_its_old_ones() {
     assert_eq!(config.max_attempts(), 3);
     // Typed setters and chaining.
     config.set_compression(true);
-    config.set_upload_timeout(Duration::from_millis(1500));
+    config
+        .set_upload_timeout(Duration::from_millis(1500))
+        .unwrap();
+    // A typed value passes the checks of its text, naming the key.
+    let refused = config.set_persist_delay(Duration::from_secs(2 * 86400));
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("dstl.dfs.batch.persist-delay"),
+    );
+    assert!(config.set_max_in_flight(0).is_err());
     let config = config.with("dstl.dfs.batch.persist-delay", "2 ms").unwrap();
     assert!(config.compression());
     assert_eq!(config.upload_timeout(), Duration::from_millis(1500));

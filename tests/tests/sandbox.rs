@@ -373,3 +373,60 @@ fn answers_larger_than_wasmtimes_default_hostcall_budget_reach_the_caller() {
     }
     w.close().unwrap();
 }
+
+/// A panic of the host's own code during a writer's call (a defect of dstl: once, an
+/// upload timeout that overflowed an instant) stops at that writer: its call and its
+/// later calls fail with a typed [`TrapKind::HostPanic`], its pending persists fail, and
+/// every other writer, the scheduler whose lock the panic held, closing and dropping go
+/// on as before. It used to poison the writer's and the scheduler's locks: every later
+/// upload of every writer failed with a `PoisonError`, and dropping the writer panicked
+/// again during unwinding, which aborts the process (a TaskManager's JVM).
+#[test]
+fn a_host_panic_in_a_call_fails_that_writer_alone_with_a_typed_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Batches leave at 1 KiB or after a day: the first persist is still waiting when its
+    // writer fails.
+    let storage = dstl_tests::harness::open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=1d",
+            "dstl.dfs.batch.persist-size-threshold=1kb",
+        ],
+    );
+    let broken = storage.create_writer("broken", RANGE).unwrap();
+    let other = storage.create_writer("other", RANGE).unwrap();
+    broken.append(1, b"one").unwrap();
+    let pending = broken.persist(0, 1).unwrap();
+    broken.append(2, b"two").unwrap();
+    broken.next_sequence_number().unwrap();
+    storage.panic_in_next_schedule();
+    let failed = broken.persist(0, 2);
+    let host_panic = |result: Result<_, Error>, what: &str| match result {
+        Err(Error::Trapped {
+            kind: TrapKind::HostPanic,
+            cause,
+            ..
+        }) => assert!(cause.contains("internal error of dstl"), "{what}: {cause}"),
+        other => panic!("{what}: expected a host panic, got {other:?}"),
+    };
+    host_panic(failed.map(|_| ()), "the call that panicked");
+    host_panic(broken.append(3, b"three"), "a later call");
+    // The persist pending before fails with the writer.
+    host_panic(pending.wait().map(|_| ()), "the persist pending before");
+    // The others carry on through the same scheduler (a change set of 1 KiB leaves at
+    // once).
+    other.append(1, &[7; 1024]).unwrap();
+    let snapshot = other.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(
+        dstl_tests::harness::payloads(&storage, &snapshot.remote),
+        vec![vec![7; 1024]]
+    );
+    let late = storage.create_writer("late", RANGE).unwrap();
+    late.append(1, &[8; 1024]).unwrap();
+    late.persist(0, 1).unwrap().wait().unwrap();
+    // Closing the broken writer is a typed error, dropping it nothing at all.
+    assert!(broken.close().is_err());
+    drop(broken);
+    storage.close();
+    drop(other);
+}

@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 
-use jni_sys::{JNIEnv, jbyteArray, jlong, jlongArray, jobject, jsize};
+use jni_sys::{JNIEnv, jbyteArray, jclass, jlong, jlongArray, jobject, jsize};
 
 /// The calling thread's JNI environment, valid for one native call.
 #[derive(Clone, Copy)]
@@ -34,6 +34,30 @@ impl Env {
             }
             (t.ThrowNew)(self.0, cls, message.as_ptr());
             (t.DeleteLocalRef)(self.0, cls);
+        }
+    }
+
+    /// Whether the calling Java thread was interrupted, by `Native.interrupted()` (a static
+    /// method of `class`, the class of the running native method); true if it cannot be
+    /// asked (the exception that said so is cleared), so a wait never outlives a broken
+    /// VM call.
+    pub fn thread_interrupted(&self, class: jclass) -> bool {
+        let t = self.table();
+        // SAFETY: valid env of the calling thread; `class` is the live class reference the
+        // native method was called with; the name and signature are NUL-terminated.
+        unsafe {
+            let method =
+                (t.GetStaticMethodID)(self.0, class, c"interrupted".as_ptr(), c"()Z".as_ptr());
+            if method.is_null() || (t.ExceptionCheck)(self.0) {
+                (t.ExceptionClear)(self.0);
+                return true;
+            }
+            let interrupted = (t.CallStaticBooleanMethodA)(self.0, class, method, std::ptr::null());
+            if (t.ExceptionCheck)(self.0) {
+                (t.ExceptionClear)(self.0);
+                return true;
+            }
+            interrupted
         }
     }
 

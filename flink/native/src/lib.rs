@@ -15,6 +15,7 @@
 
 mod completion;
 mod jni;
+mod object_files;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
@@ -47,20 +48,20 @@ struct WriterHandle {
 }
 
 /// An error for Java: the exception class and its message.
-struct Thrown {
-    class: &'static str,
-    message: String,
+pub(crate) struct Thrown {
+    pub(crate) class: &'static str,
+    pub(crate) message: String,
 }
 
 impl Thrown {
-    fn io(message: impl Into<String>) -> Self {
+    pub(crate) fn io(message: impl Into<String>) -> Self {
         Self {
             class: "java/io/IOException",
             message: message.into(),
         }
     }
 
-    fn argument(message: impl Into<String>) -> Self {
+    pub(crate) fn argument(message: impl Into<String>) -> Self {
         Self {
             class: "java/lang/IllegalArgumentException",
             message: message.into(),
@@ -94,7 +95,7 @@ impl From<Error> for Thrown {
 
 /// Runs one entry point's body: an `Err` or a panic becomes a pending Java exception and
 /// the call returns `fallback`.
-fn entry<R>(
+pub(crate) fn entry<R>(
     env: *mut JNIEnv,
     what: impl FnOnce() -> String,
     fallback: R,
@@ -108,17 +109,74 @@ fn entry<R>(
             fallback
         }
         Err(panic) => {
-            let cause = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
+            let cause = panic_message(&*panic);
+            // Whatever the panic left behind was dropped while unwinding inside
+            // `catch_unwind`; naming the call cannot panic again.
+            let what = catch_unwind(AssertUnwindSafe(what)).unwrap_or_else(|_| "a call".into());
             env.throw(
                 "java/io/IOException",
-                &format!("dstl: internal error in {}: {cause}", what()),
+                &format!("dstl: internal error in {what}: {cause}"),
             );
             fallback
         }
+    }
+}
+
+/// The message a panic was raised with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// An entry point of a writer call: [`entry`], with the calling Java thread's interrupt
+/// status consulted while the call waits for upload capacity ([`dstl::interruptible`]),
+/// so that a task cancelled while back-pressured (Flink interrupts its thread) is not
+/// held in dstl until the storage closes.
+fn writer_entry<R>(
+    env: *mut JNIEnv,
+    class: jclass,
+    handle: jlong,
+    fallback: R,
+    body: impl FnOnce(Env) -> Result<R, Thrown>,
+) -> R {
+    entry(
+        env,
+        || writer_name(handle),
+        fallback,
+        |env| {
+            let interrupted = || env.thread_interrupted(class);
+            dstl::interruptible(&interrupted, || body(env))
+        },
+    )
+}
+
+/// Takes back the writer a handle owns, for the calls that close it and free the handle:
+/// `body` runs under [`entry`], and the writer is dropped afterwards, outside it, in a
+/// `catch_unwind` of its own. Dropping it inside would make a panic of `body` drop it
+/// while unwinding, where a second panic (in the writer's destructor) aborts the process.
+fn closing_entry(
+    env: *mut JNIEnv,
+    handle: jlong,
+    body: impl FnOnce(&WriterHandle) -> Result<(), Thrown>,
+) {
+    if handle == 0 {
+        Env(env).throw(
+            "java/lang/IllegalStateException",
+            "dstl: the writer is already closed",
+        );
+        return;
+    }
+    // Named before the body runs: naming it afterwards could meet a half-closed writer.
+    let name = writer_name(handle);
+    // SAFETY: the handle came from `createWriter`; the Java writer gives it up (sets its
+    // field to 0) before this call, so it is freed exactly once.
+    let owned = unsafe { Box::from_raw(handle as *mut WriterHandle) };
+    entry(env, || name.clone(), (), |_| body(&owned));
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(owned))) {
+        tracing::error!(writer = %name, cause = %panic_message(&*panic), "dropping a closed writer panicked");
     }
 }
 
@@ -203,10 +261,16 @@ pub extern "system" fn Java_io_dstl_flink_Native_closeStorage(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
-            if let Some(open) = taken {
-                open.close();
-            }
+            // The completion queue closes whatever closing the storage does, so the
+            // Java completion thread always ends and the storage can be freed.
+            let closed = taken.map(|open| catch_unwind(AssertUnwindSafe(move || open.close())));
             storage.completions.close();
+            if let Some(Err(panic)) = closed {
+                return Err(Thrown::io(format!(
+                    "dstl: internal error while closing the storage: {}",
+                    panic_message(&*panic)
+                )));
+            }
             Ok(())
         },
     )
@@ -395,12 +459,18 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
             let (key_groups, lengths, data) =
                 (direct(key_groups)?, direct(lengths)?, direct(data)?);
             let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
-            let open = guard.as_ref().ok_or_else(|| {
-                Thrown::from(Error::InvalidArgument(format!(
-                    "cannot create writer {name}: the storage is closed"
-                )))
-            })?;
-            let writer = open.create_writer(&name, KeyGroupRange { start, end })?;
+            // A closed storage refuses as a closed writer does: IllegalStateException.
+            let closed = || Thrown {
+                class: "java/lang/IllegalStateException",
+                message: format!("dstl: cannot create writer {name}: the storage is closed"),
+            };
+            let open = guard.as_ref().ok_or_else(closed)?;
+            let writer = open
+                .create_writer(&name, KeyGroupRange { start, end })
+                .map_err(|e| match e {
+                    Error::InvalidArgument(m) if m.ends_with("the storage is closed") => closed(),
+                    e => Thrown::from(e),
+                })?;
             drop(guard);
             Ok(Box::into_raw(Box::new(WriterHandle {
                 writer,
@@ -418,39 +488,34 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_appendBatch(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
     count: jint,
     bytes: jint,
 ) {
-    entry(
-        env,
-        || writer_name(handle),
-        (),
-        |_| {
-            // SAFETY: live handle, used by its writer's task thread only.
-            let w = unsafe { writer(handle) };
-            let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
-            if count * 4 > w.key_groups.1.min(w.lengths.1) || bytes > w.data.1 {
-                return Err(Thrown::argument(format!(
-                    "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
-                    w.writer.name()
-                )));
-            }
-            // SAFETY: the Java writer owns these direct buffers for the writer's lifetime,
-            // does not touch them during this call, and allocated them aligned (direct
-            // buffers are page-aligned); the lengths were checked against their capacities.
-            let (key_groups, lengths, data) = unsafe {
-                (
-                    std::slice::from_raw_parts(w.key_groups.0 as *const i32, count),
-                    std::slice::from_raw_parts(w.lengths.0 as *const u32, count),
-                    std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
-                )
-            };
-            w.writer.append_batch(key_groups, lengths, data)?;
-            Ok(())
-        },
-    )
+    writer_entry(env, class, handle, (), |_| {
+        // SAFETY: live handle, used by its writer's task thread only.
+        let w = unsafe { writer(handle) };
+        let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
+        if count * 4 > w.key_groups.1.min(w.lengths.1) || bytes > w.data.1 {
+            return Err(Thrown::argument(format!(
+                "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
+                w.writer.name()
+            )));
+        }
+        // SAFETY: the Java writer owns these direct buffers for the writer's lifetime,
+        // does not touch them during this call, and allocated them aligned (direct
+        // buffers are page-aligned); the lengths were checked against their capacities.
+        let (key_groups, lengths, data) = unsafe {
+            (
+                std::slice::from_raw_parts(w.key_groups.0 as *const i32, count),
+                std::slice::from_raw_parts(w.lengths.0 as *const u32, count),
+                std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
+            )
+        };
+        w.writer.append_batch(key_groups, lengths, data)?;
+        Ok(())
+    })
 }
 
 /// `void append(long writer, int keyGroup, byte[] value)`: one change too large for the
@@ -458,44 +523,34 @@ pub extern "system" fn Java_io_dstl_flink_Native_appendBatch(
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_append(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
     key_group: jint,
     value: jbyteArray,
 ) {
-    entry(
-        env,
-        || writer_name(handle),
-        (),
-        |env| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            env.with_bytes(value, |value| {
-                w.writer
-                    .append_batch(&[key_group], &[value.len() as u32], value)
-            })?;
-            Ok(())
-        },
-    )
+    writer_entry(env, class, handle, (), |env| {
+        // SAFETY: live handle.
+        let w = unsafe { writer(handle) };
+        env.with_bytes(value, |value| {
+            w.writer
+                .append_batch(&[key_group], &[value.len() as u32], value)
+        })?;
+        Ok(())
+    })
 }
 
 /// `long nextSequenceNumber(long writer)`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_nextSequenceNumber(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
 ) -> jlong {
-    entry(
-        env,
-        || writer_name(handle),
-        -1,
-        |_| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            Ok(w.writer.next_sequence_number()? as jlong)
-        },
-    )
+    writer_entry(env, class, handle, -1, |_| {
+        // SAFETY: live handle.
+        let w = unsafe { writer(handle) };
+        Ok(w.writer.next_sequence_number()? as jlong)
+    })
 }
 
 /// `void persist(long writer, long from, long checkpoint, long request)`: starts a
@@ -503,24 +558,19 @@ pub extern "system" fn Java_io_dstl_flink_Native_nextSequenceNumber(
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_persist(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
     from: jlong,
     checkpoint: jlong,
     request: jlong,
 ) {
-    entry(
-        env,
-        || writer_name(handle),
-        (),
-        |_| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            let future = w.writer.persist(sequence(from)?, checkpoint)?;
-            w.completions.deliver(request, future);
-            Ok(())
-        },
-    )
+    writer_entry(env, class, handle, (), |_| {
+        // SAFETY: live handle.
+        let w = unsafe { writer(handle) };
+        let future = w.writer.persist(sequence(from)?, checkpoint)?;
+        w.completions.deliver(request, future);
+        Ok(())
+    })
 }
 
 fn sequence(value: jlong) -> Result<u64, Thrown> {
@@ -532,64 +582,55 @@ fn sequence(value: jlong) -> Result<u64, Thrown> {
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_truncate(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
     to: jlong,
 ) {
-    entry(
-        env,
-        || writer_name(handle),
-        (),
-        |_| {
-            // SAFETY: live handle.
-            Ok(unsafe { writer(handle) }.writer.truncate(sequence(to)?)?)
-        },
-    )
+    writer_entry(env, class, handle, (), |_| {
+        // SAFETY: live handle.
+        Ok(unsafe { writer(handle) }.writer.truncate(sequence(to)?)?)
+    })
 }
 
 /// `void confirm(long writer, long from, long to, long checkpoint)`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_confirm(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
     from: jlong,
     to: jlong,
     checkpoint: jlong,
 ) {
-    checkpoint_call(env, handle, [from, to, checkpoint], Writer::confirm)
+    checkpoint_call(env, class, handle, [from, to, checkpoint], Writer::confirm)
 }
 
 /// `void reset(long writer, long from, long to, long checkpoint)`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_reset(
     env: *mut JNIEnv,
-    _class: jclass,
+    class: jclass,
     handle: jlong,
     from: jlong,
     to: jlong,
     checkpoint: jlong,
 ) {
-    checkpoint_call(env, handle, [from, to, checkpoint], Writer::reset)
+    checkpoint_call(env, class, handle, [from, to, checkpoint], Writer::reset)
 }
 
 /// A writer call about the checkpoint `checkpoint` holding `[from, to)`.
 fn checkpoint_call(
     env: *mut JNIEnv,
+    class: jclass,
     handle: jlong,
     [from, to, checkpoint]: [jlong; 3],
     call: fn(&Writer, u64, u64, i64) -> Result<(), Error>,
 ) {
-    entry(
-        env,
-        || writer_name(handle),
-        (),
-        |_| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            Ok(call(&w.writer, sequence(from)?, sequence(to)?, checkpoint)?)
-        },
-    )
+    writer_entry(env, class, handle, (), |_| {
+        // SAFETY: live handle.
+        let w = unsafe { writer(handle) };
+        Ok(call(&w.writer, sequence(from)?, sequence(to)?, checkpoint)?)
+    })
 }
 
 /// `void truncateAndClose(long writer, long from)`: releases change sets from `from` on,
@@ -602,18 +643,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_truncateAndClose(
     handle: jlong,
     from: jlong,
 ) {
-    // Named before the body frees the handle: a panic unwinds past the free.
-    let name = writer_name(handle);
-    entry(
-        env,
-        || name,
-        (),
-        |_| {
-            // SAFETY: the handle came from `createWriter`; the Java writer frees it once.
-            let w = unsafe { Box::from_raw(handle as *mut WriterHandle) };
-            Ok(w.writer.truncate_and_close(sequence(from)?)?)
-        },
-    )
+    closing_entry(env, handle, |w| {
+        Ok(w.writer.truncate_and_close(sequence(from)?)?)
+    })
 }
 
 /// `void closeWriter(long writer)`: closes the writer and frees its handle.
@@ -623,18 +655,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_closeWriter(
     _class: jclass,
     handle: jlong,
 ) {
-    // Named before the body frees the handle: a panic unwinds past the free.
-    let name = writer_name(handle);
-    entry(
-        env,
-        || name,
-        (),
-        |_| {
-            // SAFETY: as in `truncateAndClose`.
-            let w = unsafe { Box::from_raw(handle as *mut WriterHandle) };
-            Ok(w.writer.close()?)
-        },
-    )
+    closing_entry(env, handle, |w| Ok(w.writer.close()?))
 }
 
 /// `String failure(long writer)` as UTF-8: why the writer's sandbox trapped, or null.
@@ -657,4 +678,37 @@ pub extern "system" fn Java_io_dstl_flink_Native_failure(
             })
         },
     )
+}
+
+/// Fault injection for the plugin's tests, in a library built with the feature
+/// `test-hooks` only (flink/test.sh builds one beside the plugin's); the Java class
+/// `io.dstl.flink.TestHooks` exists only among the tests.
+#[cfg(feature = "test-hooks")]
+mod test_hooks {
+    use super::*;
+
+    /// `void panicInNextSchedule(long storage)`: the next upload a writer of the storage
+    /// schedules panics inside the host, with the writer and the scheduler locked (see
+    /// `ChangelogStorage::panic_in_next_schedule`).
+    #[unsafe(no_mangle)]
+    pub extern "system" fn Java_io_dstl_flink_TestHooks_panicInNextSchedule(
+        env: *mut JNIEnv,
+        _class: jclass,
+        handle: jlong,
+    ) {
+        entry(
+            env,
+            || "panicInNextSchedule".into(),
+            (),
+            |_| {
+                // SAFETY: the test passes a live storage handle.
+                let storage = unsafe { storage(handle) };
+                let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(open) = guard.as_ref() {
+                    open.panic_in_next_schedule();
+                }
+                Ok(())
+            },
+        )
+    }
 }

@@ -356,6 +356,12 @@ fn invalid_value(key: &str, value: &str, expected: &'static str) -> SettingError
     }
 }
 
+/// `d` in the key syntax, exactly (nanoseconds), for the typed setters: a typed value
+/// passes the same checks as its text.
+fn nanos(d: Duration) -> String {
+    format!("{} ns", d.as_nanos())
+}
+
 impl From<SettingError> for ConfigError {
     fn from(e: SettingError) -> Self {
         match e {
@@ -425,20 +431,20 @@ impl Config {
         self.preemptive_persist_threshold = bytes;
     }
 
-    /// Sets the batching delay (`dstl.dfs.batch.persist-delay`).
-    pub fn set_persist_delay(&mut self, delay: Duration) {
-        self.persist_delay = delay;
+    /// Sets the batching delay (`dstl.dfs.batch.persist-delay`): at most 1 day.
+    pub fn set_persist_delay(&mut self, delay: Duration) -> Result<(), ConfigError> {
+        self.set("dstl.dfs.batch.persist-delay", &nanos(delay))
     }
 
-    /// Sets the in-flight byte limit (`dstl.dfs.upload.max-in-flight`).
-    pub fn set_max_in_flight(&mut self, bytes: u64) {
-        self.max_in_flight = bytes;
+    /// Sets the in-flight byte limit (`dstl.dfs.upload.max-in-flight`): at least 1 byte.
+    pub fn set_max_in_flight(&mut self, bytes: u64) -> Result<(), ConfigError> {
+        self.set("dstl.dfs.upload.max-in-flight", &bytes.to_string())
     }
 
     /// Sets the per-attempt upload timeout (`dstl.dfs.upload.timeout`; zero waits
-    /// forever).
-    pub fn set_upload_timeout(&mut self, timeout: Duration) {
-        self.upload_timeout = timeout;
+    /// forever): at most 1 day.
+    pub fn set_upload_timeout(&mut self, timeout: Duration) -> Result<(), ConfigError> {
+        self.set("dstl.dfs.upload.timeout", &nanos(timeout))
     }
 
     /// Sets the attempts per upload, the first included (`dstl.dfs.upload.max-attempts`):
@@ -543,9 +549,26 @@ impl Config {
             .expect("base path was validated when it was set")
     }
 
-    /// Checks relations between keys (Flink's scheduler constructor check).
+    /// Checks relations between keys: Flink's scheduler constructor check (a batch fits
+    /// within the in-flight limit), and that the writers' instance pool fits in the
+    /// address space (`dstl.writer.max-writers` memories of up to
+    /// `dstl.writer.memory-limit` each, two per writer, reserved up front).
     pub fn validate(&self) -> Result<(), ConfigError> {
         settings::check_batch_size(self.persist_size_threshold, self.max_in_flight)?;
+        let reserved = crate::sandbox::pool_reservation(
+            self.max_writers,
+            self.writer_memory_limit,
+            self.signals_based_traps,
+        );
+        if reserved > crate::sandbox::MAX_POOL_RESERVATION {
+            return Err(ConfigError::InvalidValue {
+                key: "dstl.writer.max-writers".into(),
+                value: self.max_writers.to_string(),
+                expected: "fewer writers: with dstl.writer.memory-limit (and, with \
+                    dstl.writer.signals-based-traps=true, 4 GiB of guarded address space per \
+                    memory), the instance pool would reserve more than 24 TiB of address space",
+            });
+        }
         Ok(())
     }
 

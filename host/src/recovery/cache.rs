@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::sync::LockExt;
+
 /// Logical bytes of whole files, by path.
 pub struct RecoveryCache {
     idle_timeout: Duration,
@@ -46,7 +48,7 @@ impl RecoveryCache {
     ) -> Result<Arc<Vec<u8>>, E> {
         let now = Instant::now();
         {
-            let mut entries = self.entries.lock().unwrap();
+            let mut entries = self.entries.locked();
             self.expire(&mut entries, now);
             if let Some(entry) = entries.files.get_mut(path) {
                 entry.last_used = now;
@@ -60,7 +62,7 @@ impl RecoveryCache {
         let logical = Arc::new(load()?);
         let size = logical.len() as u64;
         if size <= self.max_bytes {
-            let mut entries = self.entries.lock().unwrap();
+            let mut entries = self.entries.locked();
             let previous = entries.files.insert(
                 path.to_string(),
                 Entry {
@@ -79,13 +81,13 @@ impl RecoveryCache {
 
     /// Reads served from the cache and reads that loaded a file.
     pub fn hits_and_misses(&self) -> (u64, u64) {
-        let entries = self.entries.lock().unwrap();
+        let entries = self.entries.locked();
         (entries.hits, entries.misses)
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
-        self.entries.lock().unwrap().bytes
+        self.entries.locked().bytes
     }
 
     fn expire(&self, entries: &mut Entries, now: Instant) {

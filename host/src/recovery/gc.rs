@@ -23,7 +23,9 @@ use std::time::{Duration, SystemTime};
 
 use super::manifest::{Manifest, ManifestError, ManifestFile};
 use crate::config::Config;
-use crate::store::lease::{CLOCK_SKEW, LEASE_DIR, LeaseRecord, is_lease_name, local_lease_dir};
+use crate::store::lease::{
+    CLOCK_SKEW, LEASE_DIR, LeaseRecord, holder_gone_here, is_lease_name, local_lease_dir,
+};
 use crate::store::{Location, S3Error, S3Store, Store, StoredFile};
 
 /// Why a collection cannot run; it then deletes nothing.
@@ -256,12 +258,30 @@ pub struct LeaseFile {
     pub file: StoredFile,
     /// What it says.
     pub record: LeaseRecord,
+    /// Its holder is known to be gone: it ran on this machine and no longer runs
+    /// ([`LeaseRecord::holder_gone`]), so the lease protects nothing even before it
+    /// expires.
+    pub holder_gone: bool,
 }
 
 impl LeaseFile {
-    /// Whether the lease still protects its job at `now`: refreshed within its expiry.
+    /// A lease read from `file`, with whether its holder is gone as this machine sees it.
+    fn read(job: &str, file: StoredFile, bytes: &[u8]) -> Self {
+        let record = LeaseRecord::parse(bytes);
+        let holder_gone = holder_gone_here(&record);
+        Self {
+            job: job.to_string(),
+            file,
+            record,
+            holder_gone,
+        }
+    }
+
+    /// Whether the lease still protects its job at `now`: its holder may still run, and
+    /// refreshed it within its expiry.
     pub fn is_live(&self, now: SystemTime) -> bool {
-        now.duration_since(self.file.modified).unwrap_or_default() < self.record.expires_after()
+        let age = now.duration_since(self.file.modified).unwrap_or_default();
+        self.record.protects(age, self.holder_gone)
     }
 }
 
@@ -315,12 +335,9 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
                     && parts[1] == LEASE_DIR
                     && is_lease_name(parts[2])
                 {
-                    let record = LeaseRecord::parse(&store.read(&file.path).unwrap_or_default());
-                    leases.push(LeaseFile {
-                        job: parts[0].to_string(),
-                        file,
-                        record,
-                    });
+                    let bytes = store.read(&file.path).unwrap_or_default();
+                    let job = parts[0].to_string();
+                    leases.push(LeaseFile::read(&job, file, &bytes));
                     continue;
                 }
                 if parts.len() == 3 && is_job_id(parts[0]) && parts[1] == "dstl" {
@@ -374,11 +391,7 @@ fn local_leases(
             let Ok(bytes) = std::fs::read(&file.path) else {
                 continue;
             };
-            leases.push(LeaseFile {
-                job: job.to_string(),
-                record: LeaseRecord::parse(&bytes),
-                file,
-            });
+            leases.push(LeaseFile::read(job, file, &bytes));
         }
     }
     Ok(leases)

@@ -13,6 +13,7 @@ use dstl_proto::types::ChangelogHandle;
 
 use super::cache::RecoveryCache;
 use crate::store::FileSource;
+use crate::sync::LockExt;
 
 /// Why a handle could not be read ([`crate::ChangelogStorage::read`],
 /// [`crate::Recovery::read`], [`read_handle`]). The words are `dstl_proto::read`'s, which
@@ -176,7 +177,7 @@ fn fetch_all(
                     let Some(file) = needed.get(i) else {
                         return;
                     };
-                    *slots[i].lock().unwrap() = Some(one(file));
+                    *slots[i].locked() = Some(one(file));
                 }
             });
         }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::background::{Job, Outstanding};
 use crate::store::Stores;
+use crate::sync::{CondvarExt, LockExt};
 
 /// Deletes files on `dstl.dfs.discard.num-threads` threads, off the callers' threads.
 /// After [`Discarder::close`] deletions run on the caller's thread, so none is lost.
@@ -49,7 +50,7 @@ impl Discarder {
 
     /// Deletes `path` soon (at once, on this thread, once the pool is closed).
     pub fn discard(&self, path: String) {
-        let mut queue = self.inner.queue.lock().unwrap();
+        let mut queue = self.inner.queue.locked();
         if queue.closed {
             drop(queue);
             self.inner.delete(&path);
@@ -67,7 +68,7 @@ impl Discarder {
     /// `dstl gc` collects them. Later deletions run on their caller's thread.
     pub fn close(&self, grace: Duration) -> Vec<String> {
         let deadline = Instant::now() + grace;
-        let mut queue = self.inner.queue.lock().unwrap();
+        let mut queue = self.inner.queue.locked();
         queue.closed = true;
         self.inner.wake.notify_all();
         while !queue.paths.is_empty() || queue.running > 0 {
@@ -75,7 +76,7 @@ impl Discarder {
             if left.is_zero() {
                 break;
             }
-            queue = self.inner.wake.wait_timeout(queue, left).unwrap().0;
+            queue = self.inner.wake.wait_timeout_locked(queue, left).0;
         }
         let abandoned: Vec<String> = queue.paths.drain(..).map(|(path, _job)| path).collect();
         for path in &abandoned {
@@ -87,21 +88,21 @@ impl Discarder {
 
 impl DiscardPool {
     fn work(&self) {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.locked();
         loop {
             if let Some((path, job)) = queue.paths.pop_front() {
                 queue.running += 1;
                 drop(queue);
                 self.delete(&path);
                 drop(job);
-                queue = self.queue.lock().unwrap();
+                queue = self.queue.locked();
                 queue.running -= 1;
                 // `close` waits for the queue to run dry.
                 self.wake.notify_all();
             } else if queue.closed {
                 return;
             } else {
-                queue = self.wake.wait(queue).unwrap();
+                queue = self.wake.wait_locked(queue);
             }
         }
     }

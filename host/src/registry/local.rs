@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use dstl_proto::ownership::{LocalClaims, Released};
 
+use crate::sync::LockExt;
+
 use super::{Discarder, WriterId};
 
 /// Local copies (Flink's `LocalChangelogRegistry`), owned per writer: one local file holds
@@ -31,39 +33,32 @@ impl LocalRegistry {
 
     /// `writer` was given `count` change sets in the local file `path`.
     pub(crate) fn hold(&self, writer: WriterId, path: &str, count: u64) {
-        self.claims.lock().unwrap().hold(writer, path, count);
+        self.claims.locked().hold(writer, path, count);
     }
 
     /// `writer` no longer needs one change set in `path`.
     pub(crate) fn release(&self, writer: WriterId, path: &str) {
-        let released = self.claims.lock().unwrap().release(writer, path);
+        let released = self.claims.locked().release(writer, path);
         self.apply(writer, path, released);
     }
 
     /// A checkpoint of `writer` holding `path` was confirmed: the claim now lasts until a
     /// discard.
     pub(crate) fn stop_tracking(&self, writer: WriterId, path: &str) {
-        let released = self.claims.lock().unwrap().stop_tracking(writer, path);
+        let released = self.claims.locked().stop_tracking(writer, path);
         self.apply(writer, path, released);
     }
 
     /// Marks `path` as used by `checkpoint` of `writer`, keeping the highest id.
     pub fn register(&self, writer: WriterId, path: &str, checkpoint: i64) {
-        self.claims
-            .lock()
-            .unwrap()
-            .register(writer, path, checkpoint);
+        self.claims.locked().register(writer, path, checkpoint);
     }
 
     /// Ends every claim of `writer` last registered under a checkpoint below `checkpoint`
     /// and returns those paths (the writer must forget them); files that nobody claims any
     /// more are deleted.
     pub fn discard_up_to(&self, writer: WriterId, checkpoint: i64) -> Vec<String> {
-        let discarded = self
-            .claims
-            .lock()
-            .unwrap()
-            .discard_up_to(writer, checkpoint);
+        let discarded = self.claims.locked().discard_up_to(writer, checkpoint);
         for path in discarded.delete {
             self.discarder.discard(path);
         }
@@ -73,18 +68,18 @@ impl LocalRegistry {
     /// The highest checkpoint any writer registered `path` under.
     #[cfg(feature = "test-util")]
     pub fn last_used(&self, path: &str) -> Option<i64> {
-        self.claims.lock().unwrap().last_used(path)
+        self.claims.locked().last_used(path)
     }
 
     /// Whether `writer` claims `path`: false once its discard ended the claim.
     pub fn claims(&self, writer: WriterId, path: &str) -> bool {
-        self.claims.lock().unwrap().claims(writer, path)
+        self.claims.locked().claims(writer, path)
     }
 
     /// Writers that claim `path`.
     #[cfg(feature = "test-util")]
     pub fn owners(&self, path: &str) -> Vec<WriterId> {
-        self.claims.lock().unwrap().owners(path)
+        self.claims.locked().owners(path)
     }
 
     fn apply(&self, writer: WriterId, path: &str, released: Released) {

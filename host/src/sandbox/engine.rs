@@ -57,6 +57,26 @@ pub(crate) struct EngineSettings {
 /// kept while some storage uses them.
 static SHARED: Mutex<Vec<(EngineSettings, Weak<Runtime>)>> = Mutex::new(Vec::new());
 
+/// The most address space a pool may reserve: x86-64 gives a process 128 TiB, and a
+/// reservation of 32 TiB was the largest one that a default Linux granted at once, here.
+pub(crate) const MAX_POOL_RESERVATION: u128 = 24 << 40;
+
+/// The address space the instance pool reserves up front: two memories per writer, each
+/// at its limit with explicit bounds checks, or at 4 GiB plus wasmtime's 32 MiB guard
+/// region when faults trap through signal handlers (bounds checks are then elided).
+pub(crate) fn pool_reservation(
+    max_writers: u32,
+    memory_limit: u64,
+    signals_based_traps: bool,
+) -> u128 {
+    let per_memory = if signals_based_traps {
+        u128::from(memory_limit.max(4 << 30)) + (32 << 20)
+    } else {
+        u128::from(memory_limit)
+    };
+    u128::from(max_writers) * 2 * per_memory
+}
+
 impl Runtime {
     /// The process's engine for `settings`, created on first use and shared by every
     /// storage that asks for the same settings while one of them is open. One pool
@@ -78,7 +98,7 @@ impl Runtime {
     }
 
     /// One engine with the pooling allocator sized for `max_writers` instances whose
-    /// memories may grow to `memory_limit` bytes.
+    /// memories may grow to `memory_limit` bytes (address space: [`pool_reservation`]).
     pub fn new(settings: EngineSettings) -> wasmtime::Result<Self> {
         let EngineSettings {
             max_writers,

@@ -19,7 +19,7 @@ pub(crate) mod trap;
 pub use codec::ComponentCodec;
 pub(crate) use context::WriterLinks;
 pub use engine::WriterComponent;
-pub(crate) use engine::{EngineSettings, Runtime};
+pub(crate) use engine::{EngineSettings, MAX_POOL_RESERVATION, Runtime, pool_reservation};
 pub(crate) use instance::{Call, Instance, Limits};
 pub(crate) use trap::Trap;
 pub use trap::TrapKind;

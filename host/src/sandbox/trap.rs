@@ -21,6 +21,10 @@ pub enum TrapKind {
     GuestFault,
     /// Any other trap (a component that does not instantiate, an invalid call).
     Other,
+    /// The host panicked during a call of this writer (a defect in dstl). The call may
+    /// have stopped half-way, so the writer's state can no longer be trusted: it fails
+    /// as a trapped sandbox does, and the other writers carry on.
+    HostPanic,
 }
 
 impl TrapKind {
@@ -50,6 +54,16 @@ pub(crate) struct Trap {
 }
 
 impl Trap {
+    /// A panic of the host's own code during a call of a writer, with its message.
+    pub fn host_panic(message: &str) -> Self {
+        Self {
+            kind: TrapKind::HostPanic,
+            cause: format!(
+                "an internal error of dstl interrupted a call of this writer: {message}"
+            ),
+        }
+    }
+
     /// Describes `error`, raised in a sandbox whose calls may take `call_timeout` of guest
     /// time, with whatever the guest printed to stderr.
     pub fn new(error: &wasmtime::Error, ctx: &WriterCtx, call_timeout: Duration) -> Self {

@@ -20,6 +20,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
+use crate::sync::LockExt;
+
 /// Alignment of addresses, offsets and lengths of direct writes.
 pub(crate) const ALIGN: usize = 4096;
 
@@ -102,16 +104,12 @@ const KEPT: usize = 8;
 
 impl BufferPool {
     fn take(&self) -> AlignedBuffer {
-        self.spare
-            .lock()
-            .unwrap()
-            .pop()
-            .unwrap_or_else(AlignedBuffer::new)
+        self.spare.locked().pop().unwrap_or_else(AlignedBuffer::new)
     }
 
     fn put(&self, mut buffer: AlignedBuffer) {
         buffer.len = 0;
-        let mut spare = self.spare.lock().unwrap();
+        let mut spare = self.spare.locked();
         if spare.len() < KEPT {
             spare.push(buffer);
         }
@@ -136,6 +134,55 @@ pub(crate) fn create_new(path: &std::path::Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// A direct write that wrote less than asked, ending off the alignment: the rest cannot
+/// follow directly (its offset would be misaligned, which the kernel refuses with the
+/// same `EINVAL` as a file system without `O_DIRECT`). The caller writes this file
+/// through the page cache instead; direct writes stay on for the next.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a direct write of {asked} bytes at offset {offset} wrote {written}, off the {ALIGN}-byte alignment"
+)]
+pub(crate) struct ShortWrite {
+    offset: u64,
+    asked: usize,
+    written: usize,
+}
+
+impl ShortWrite {
+    /// Whether `error` is one.
+    pub(crate) fn is(error: &std::io::Error) -> bool {
+        error
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<ShortWrite>().is_some())
+    }
+}
+
+/// Writes all of `bytes` (aligned: address, `offset` and length) at `offset`. A short
+/// write that ends on the alignment goes on from there; one that does not fails with
+/// [`ShortWrite`].
+fn write_aligned(file: &File, mut bytes: &[u8], mut offset: u64) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match file.write_at(bytes, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(n) if n.is_multiple_of(ALIGN) => {
+                bytes = &bytes[n..];
+                offset += n as u64;
+            }
+            Ok(n) => {
+                return Err(std::io::Error::other(ShortWrite {
+                    offset,
+                    asked: bytes.len(),
+                    written: n,
+                }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Writes `parts` one after the other into `file`, opened with `O_DIRECT` and empty,
 /// and leaves it exactly their length long. Not synced: the caller fsyncs.
 pub(crate) fn write_parts(file: &File, parts: &[&[u8]], pool: &BufferPool) -> std::io::Result<u64> {
@@ -148,7 +195,7 @@ pub(crate) fn write_parts(file: &File, parts: &[&[u8]], pool: &BufferPool) -> st
                 let n = buffer.fill(rest);
                 rest = &rest[n..];
                 if buffer.spare() == 0 {
-                    file.write_all_at(buffer.bytes(CHUNK), offset)?;
+                    write_aligned(file, buffer.bytes(CHUNK), offset)?;
                     offset += CHUNK as u64;
                     buffer.len = 0;
                 }
@@ -158,7 +205,7 @@ pub(crate) fn write_parts(file: &File, parts: &[&[u8]], pool: &BufferPool) -> st
         if tail > 0 {
             let padded = tail.div_ceil(ALIGN) * ALIGN;
             buffer.zero_tail(padded);
-            file.write_all_at(buffer.bytes(padded), offset)?;
+            write_aligned(file, buffer.bytes(padded), offset)?;
         }
         let length = offset + tail as u64;
         if !tail.is_multiple_of(ALIGN) {
@@ -199,9 +246,6 @@ mod tests {
             assert_eq!(length, expected.len() as u64);
             assert_eq!(std::fs::read(&path).unwrap(), expected, "case {i}");
         }
-        assert!(
-            pool.spare.lock().unwrap().len() == 1,
-            "one buffer served all"
-        );
+        assert!(pool.spare.locked().len() == 1, "one buffer served all");
     }
 }

@@ -1,16 +1,21 @@
 //! A storage's lease on its job: while a [`ChangelogStorage`](crate::ChangelogStorage) is
 //! open, a small file `<base>/<job>/leases/<id>.lease` says so, and `dstl gc` leaves
 //! alone every file of the job written since the lease was taken. The record, its terms
-//! and why there is one are dstl-proto's `lease`; this module writes, refreshes and
-//! removes the file.
+//! and why there is one are dstl-proto's `lease`; this module writes, refreshes (and
+//! re-creates, if gc collected it) and removes the file, and keeps the holder's side of
+//! the terms ([`LeaseWatch`]): once the lease could have expired, files written before
+//! are no longer safe to name in an acknowledged checkpoint.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use dstl_proto::lease::{CLOCK_SKEW, LEASE_DIR, LEASE_SUFFIX, LeaseRecord, REFRESH};
+pub use dstl_proto::lease::{
+    CLOCK_SKEW, LAPSES_AFTER, LEASE_DIR, LEASE_SUFFIX, LeaseOwner, LeaseRecord, REFRESH,
+};
 
 use super::{LocalStore, Location, S3Error, S3Settings, S3Store, Store, join_key};
+use crate::sync::LockExt;
 
 /// The record of a lease taken now by this process.
 fn record_now() -> LeaseRecord {
@@ -18,7 +23,178 @@ fn record_now() -> LeaseRecord {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;
-    LeaseRecord::new(opened_ms, std::process::id())
+    let record = LeaseRecord::new(opened_ms, std::process::id());
+    match this_process() {
+        Some(owner) => record.with_owner(owner),
+        None => record,
+    }
+}
+
+/// This machine's boot and this process's pid namespace, as [`LeaseOwner`] names them;
+/// `None` where `/proc` does not say (then leases are judged by time alone).
+pub(crate) fn this_machine() -> Option<(String, String)> {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some((
+        boot_id.trim().to_string(),
+        namespace.to_string_lossy().into_owned(),
+    ))
+}
+
+/// When process `pid` of this pid namespace started, in clock ticks since boot (field 22
+/// of `/proc/<pid>/stat`); `None` if no such process runs.
+pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces or parentheses:
+    // the fields after it start at the last `)`.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (the state) is the first after the name, so field 22 is the 20th.
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `record`'s holder is known, on this machine, to be gone
+/// ([`LeaseRecord::holder_gone`]).
+pub(crate) fn holder_gone_here(record: &LeaseRecord) -> bool {
+    let machine = this_machine();
+    record.holder_gone(
+        machine
+            .as_ref()
+            .map(|(boot, ns)| (boot.as_str(), ns.as_str())),
+        start_ticks,
+    )
+}
+
+/// This process as a lease's owner.
+fn this_process() -> Option<LeaseOwner> {
+    let (boot_id, pid_namespace) = this_machine()?;
+    Some(LeaseOwner {
+        boot_id,
+        pid_namespace,
+        start_ticks: start_ticks(std::process::id())?,
+    })
+}
+
+/// The holder's side of the lease's terms, shared by the refresher, the uploads and the
+/// writers. A lease not refreshed for [`LAPSES_AFTER`] (the process was stopped, the
+/// machine suspended, the store unreachable) may have expired by gc's clock, and gc may
+/// have collected the job's files since: the lease has *lapsed*. Files are stamped with
+/// the generation they were written in; each lapse noticed starts a new one, and a
+/// snapshot naming a file of an older generation, or completing while the lease is
+/// lapsed, must not be acknowledged ([`LeaseWatch::check`]).
+#[derive(Debug)]
+pub(crate) struct LeaseWatch {
+    state: Mutex<WatchState>,
+}
+
+#[derive(Debug)]
+struct WatchState {
+    /// When the last refresh that succeeded started, on both clocks: the monotonic one
+    /// runs on while the process is stopped, the wall clock also while the machine
+    /// sleeps.
+    refreshed: Instant,
+    refreshed_wall: SystemTime,
+    generation: u64,
+}
+
+impl WatchState {
+    /// Whether the lease has lapsed at this moment; a lapse starts a new generation.
+    fn observe(&mut self) -> bool {
+        let monotonic = self.refreshed.elapsed();
+        let wall = self.refreshed_wall.elapsed().unwrap_or_default();
+        let lapsed = monotonic.max(wall) >= LAPSES_AFTER;
+        if lapsed {
+            self.generation += 1;
+        }
+        lapsed
+    }
+}
+
+/// A snapshot that cannot be acknowledged: the lease lapsed, see [`LeaseWatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lapse {
+    /// The lease has not been refreshed for this long.
+    Now(Duration),
+    /// A file it names was written before a lapse.
+    Before,
+}
+
+impl std::fmt::Display for Lapse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lapse::Now(since) => write!(
+                f,
+                "the storage's lease on its job has not been refreshed for {} s (a lease older than {} s may have expired), so orphan collection may have deleted the files this checkpoint names; it is not acknowledged",
+                since.as_secs(),
+                LAPSES_AFTER.as_secs()
+            ),
+            Lapse::Before => f.write_str(
+                "a file this checkpoint names was written before the storage's lease on its job lapsed, so orphan collection may have deleted it; the checkpoint is not acknowledged",
+            ),
+        }
+    }
+}
+
+impl LeaseWatch {
+    /// A lease refreshed just now.
+    pub fn new() -> Self {
+        Self {
+            state: Mutex::new(WatchState {
+                refreshed: Instant::now(),
+                refreshed_wall: SystemTime::now(),
+                generation: 0,
+            }),
+        }
+    }
+
+    /// The generation a file written from now on belongs to.
+    pub fn generation(&self) -> u64 {
+        let mut state = self.state.locked();
+        state.observe();
+        state.generation
+    }
+
+    /// Whether a snapshot whose files were written in `generations` may be acknowledged
+    /// now.
+    pub fn check(&self, generations: impl IntoIterator<Item = u64>) -> Result<(), Lapse> {
+        let mut state = self.state.locked();
+        if state.observe() {
+            let since = state.refreshed.elapsed();
+            return Err(Lapse::Now(since));
+        }
+        let current = state.generation;
+        if generations.into_iter().any(|g| g < current) {
+            return Err(Lapse::Before);
+        }
+        Ok(())
+    }
+
+    /// A refresh that started at `started` (both clocks) succeeded.
+    fn refreshed(&self, started: (Instant, SystemTime)) {
+        let mut state = self.state.locked();
+        // Whatever went unnoticed until now was a lapse all the same.
+        state.observe();
+        state.refreshed = started.0;
+        state.refreshed_wall = started.1;
+    }
+
+    /// Makes the lease look unrefreshed for `gap`, as after a process stopped that long
+    /// (dstl's tests).
+    #[cfg(feature = "test-util")]
+    pub fn backdate(&self, gap: Duration) {
+        let mut state = self.state.locked();
+        state.refreshed = state.refreshed.checked_sub(gap).unwrap_or(state.refreshed);
+        state.refreshed_wall = state
+            .refreshed_wall
+            .checked_sub(gap)
+            .unwrap_or(state.refreshed_wall);
+    }
+}
+
+/// What the refresher thread is told.
+enum Command {
+    /// Refresh now instead of at the next interval (dstl's tests).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    RefreshNow(mpsc::Sender<()>),
 }
 
 /// Where a job's leases live.
@@ -48,9 +224,13 @@ pub enum LeaseError {
 /// A held lease; released (its file deleted) by [`Lease::release`] or on drop.
 pub(crate) struct Lease {
     path: String,
-    dir: std::sync::Arc<LeaseDir>,
-    stop: Option<mpsc::Sender<()>>,
+    dir: Arc<LeaseDir>,
+    watch: Arc<LeaseWatch>,
+    /// Dropping it stops the refresher.
+    commands: Option<mpsc::Sender<Command>>,
     refresher: Option<std::thread::JoinHandle<()>>,
+    /// Disconnects when the refresher ends.
+    refresher_ended: mpsc::Receiver<()>,
 }
 
 impl Lease {
@@ -86,19 +266,41 @@ impl Lease {
                 (LeaseDir::S3(Box::new(store)), path)
             }
         };
-        let dir = std::sync::Arc::new(dir);
-        let (stop, stopped) = mpsc::channel::<()>();
+        // Leases of earlier holders of the job that no longer protect anything (a killed
+        // process's, expired or with its holder gone) go now: nothing else removes them
+        // while the job runs (gc runs between jobs, if at all).
+        let collected = dir.collect_expired(&name);
+        if collected > 0 {
+            tracing::info!(
+                job,
+                collected,
+                "removed expired leases of earlier holders of the job"
+            );
+        }
+        let dir = Arc::new(dir);
+        let watch = Arc::new(LeaseWatch::new());
+        let (commands, received) = mpsc::channel::<Command>();
+        let (ended, refresher_ended) = mpsc::channel::<()>();
         let refresher = {
-            let (lease_dir, lease_path) = (dir.clone(), path.clone());
+            let (lease_dir, lease_path, watch) = (dir.clone(), path.clone(), watch.clone());
             std::thread::Builder::new()
                 .name("dstl-lease".into())
                 .spawn(move || {
-                    // Ends when the sender is dropped (or sends).
-                    while let Err(mpsc::RecvTimeoutError::Timeout) =
-                        stopped.recv_timeout(REFRESH)
-                    {
-                        if let Err(e) = lease_dir.refresh(&lease_path, &bytes) {
-                            tracing::warn!(lease = %lease_path, error = %e, "could not refresh the lease; orphan collection (dstl::gc) may treat this job's files as unprotected once it expires");
+                    let _ended = ended;
+                    // Ends when the sender is dropped.
+                    loop {
+                        let done = match received.recv_timeout(REFRESH) {
+                            Ok(Command::RefreshNow(done)) => Some(done),
+                            Err(mpsc::RecvTimeoutError::Timeout) => None,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        };
+                        let started = (Instant::now(), SystemTime::now());
+                        match lease_dir.refresh(&lease_path, &bytes) {
+                            Ok(()) => watch.refreshed(started),
+                            Err(e) => tracing::warn!(lease = %lease_path, error = %e, "could not refresh the lease; once it is {} s old, persists naming files written before fail (orphan collection, dstl::gc, may collect them once the lease expires)", LAPSES_AFTER.as_secs()),
+                        }
+                        if let Some(done) = done {
+                            let _ = done.send(());
                         }
                     }
                 })
@@ -110,22 +312,54 @@ impl Lease {
         Ok(Self {
             path,
             dir,
-            stop: Some(stop),
+            watch,
+            commands: Some(commands),
             refresher: Some(refresher),
+            refresher_ended,
         })
     }
 
-    /// Stops refreshing and deletes the lease.
-    pub fn release(mut self) {
-        self.end();
+    /// The holder's side of the lease, for the uploads and writers.
+    pub fn watch(&self) -> Arc<LeaseWatch> {
+        self.watch.clone()
     }
 
-    fn end(&mut self) {
-        drop(self.stop.take());
-        if let Some(refresher) = self.refresher.take() {
-            let _ = refresher.join();
+    /// Refreshes the lease now and returns once that was tried (dstl's tests).
+    #[cfg(feature = "test-util")]
+    pub fn refresh_now(&self) {
+        let (done, wait) = mpsc::channel();
+        if let Some(commands) = &self.commands
+            && commands.send(Command::RefreshNow(done)).is_ok()
+        {
+            let _ = wait.recv();
         }
-        if let Err(e) = self.dir.remove(&self.path) {
+    }
+
+    /// Stops refreshing and deletes the lease, spending at most `limit` on both: a store
+    /// that does not answer (the refresher waits for it, and so would the deletion) must
+    /// not hold the close of a storage. A lease left behind expires and is collected.
+    pub fn release(mut self, limit: Duration) {
+        self.end(limit);
+    }
+
+    fn end(&mut self, limit: Duration) {
+        let started = Instant::now();
+        drop(self.commands.take());
+        if let Some(refresher) = self.refresher.take() {
+            match self.refresher_ended.recv_timeout(limit) {
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = refresher.join();
+                }
+                // It ends on its own once its bounded refresh gives up.
+                _ => {
+                    tracing::warn!(lease = %self.path, ?limit, "the lease refresher is still waiting for the store; not waiting for it")
+                }
+            }
+        }
+        let left = limit
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(100));
+        if let Err(e) = self.dir.remove(&self.path, left) {
             tracing::warn!(lease = %self.path, error = %e, "could not delete the lease; orphan collection (dstl::gc) removes it once it expires");
         }
     }
@@ -134,23 +368,90 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.refresher.is_some() {
-            self.end();
+            self.end(REFRESH);
         }
     }
 }
 
 impl LeaseDir {
+    /// Marks the lease refreshed now, writing it anew if it is gone (gc collects a lease
+    /// that expired while its holder was stopped: without it, the job's files would stay
+    /// unprotected for the rest of the storage's life).
     fn refresh(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
         match self {
-            LeaseDir::Local(_) => std::fs::File::options()
-                .write(true)
-                .open(path)?
-                .set_modified(SystemTime::now()),
-            LeaseDir::S3(store) => store.overwrite(path, bytes),
+            LeaseDir::Local(dir) => {
+                match std::fs::File::options().write(true).open(path) {
+                    Ok(file) => return file.set_modified(SystemTime::now()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                let name = Path::new(path)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| {
+                        std::io::Error::other(format!("lease path {path} has no name"))
+                    })?;
+                tracing::warn!(lease = %path, "the lease was gone (collected after it expired); writing it again");
+                LocalStore::open(dir)?.create(name, bytes).map(|_| ())
+            }
+            // Bounded, so a hung store cannot hold the refresher (and a close waiting
+            // for it) past the next refresh.
+            LeaseDir::S3(store) => store.overwrite_within(path, bytes, REFRESH),
         }
     }
 
-    fn remove(&self, path: &str) -> std::io::Result<()> {
+    /// Deletes the leases in this directory, other than `own`, that no longer protect
+    /// their job (`LeaseRecord::protects`); returns how many. Best effort: a lease that
+    /// cannot be listed, read or deleted stays for gc.
+    fn collect_expired(&self, own: &str) -> usize {
+        let listed = match self {
+            LeaseDir::Local(dir) => std::fs::read_dir(dir).map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+                        Some((e.path().to_string_lossy().into_owned(), modified))
+                    })
+                    .collect::<Vec<_>>()
+            }),
+            LeaseDir::S3(store) => store
+                .list()
+                .map(|files| files.into_iter().map(|f| (f.path, f.modified)).collect()),
+        };
+        let Ok(listed) = listed else {
+            return 0;
+        };
+        let now = SystemTime::now();
+        let mut collected = 0;
+        for (path, modified) in listed {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            if name == own || !is_lease_name(name) {
+                continue;
+            }
+            let bytes = match self {
+                LeaseDir::Local(_) => std::fs::read(&path),
+                LeaseDir::S3(store) => store.read(&path),
+            };
+            let Ok(bytes) = bytes else {
+                continue;
+            };
+            let record = LeaseRecord::parse(&bytes);
+            let age = now.duration_since(modified).unwrap_or_default();
+            if record.protects(age, holder_gone_here(&record)) {
+                continue;
+            }
+            let removed = match self {
+                LeaseDir::Local(_) => super::delete_file(&path),
+                LeaseDir::S3(store) => store.delete(&path),
+            };
+            if removed.is_ok() {
+                collected += 1;
+            }
+        }
+        collected
+    }
+
+    fn remove(&self, path: &str, limit: Duration) -> std::io::Result<()> {
         match self {
             LeaseDir::Local(dir) => {
                 super::delete_file(path)?;
@@ -159,7 +460,7 @@ impl LeaseDir {
                 let _ = std::fs::remove_dir(dir);
                 Ok(())
             }
-            LeaseDir::S3(store) => store.delete(path),
+            LeaseDir::S3(store) => store.delete_within(path, limit),
         }
     }
 }
@@ -201,7 +502,7 @@ mod tests {
         assert!(is_lease_name(&names[0]));
         let record = LeaseRecord::parse(&std::fs::read(dir.join(&names[0])).unwrap());
         assert_eq!(record.pid, std::process::id());
-        lease.release();
+        lease.release(Duration::from_secs(5));
         assert!(!dir.exists());
     }
 }

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::sync::{CondvarExt, LockExt};
+
 use super::direct;
 use super::{Store, StoredFile};
 
@@ -79,7 +81,7 @@ const FAILED_RANGES: usize = 16;
 impl DirSync {
     /// Returns once a directory fsync that started after this call has completed.
     fn sync(&self, dir: &Path) -> std::io::Result<()> {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.locked();
         state.linked += 1;
         let mine = state.linked;
         loop {
@@ -93,14 +95,14 @@ impl DirSync {
                 return Ok(());
             }
             if state.running {
-                state = self.done.wait(state).unwrap();
+                state = self.done.wait_locked(state);
                 continue;
             }
             state.running = true;
             let (first, covers) = (state.synced + 1, state.linked);
             drop(state);
             let result = File::open(dir).and_then(|d| d.sync_all());
-            state = self.state.lock().unwrap();
+            state = self.state.locked();
             state.running = false;
             match &result {
                 Ok(()) => state.synced = state.synced.max(covers),
@@ -296,15 +298,30 @@ impl LocalStore {
             match direct::create_new(staging) {
                 Ok(file) => match direct::write_parts(&file, parts, &self.direct.buffers) {
                     Ok(_) => return Ok(file),
-                    // Opened but not written to directly: start over through the cache.
-                    Err(e) if refused(&e) => {
+                    // Opened but not written to directly: start over through the cache,
+                    // for good if the file system refuses direct writes, for this file
+                    // only after a short write that left the alignment.
+                    Err(e) if refused(&e) || direct::ShortWrite::is(&e) => {
                         drop(file);
                         fs::remove_file(staging)?;
-                        self.refuse_direct(&e);
+                        if refused(&e) {
+                            self.refuse_direct(&e);
+                        } else {
+                            tracing::debug!(file = %staging.display(), error = %e, "writing this file through the page cache");
+                        }
                     }
                     Err(e) => return Err(e),
                 },
-                Err(e) if refused(&e) => self.refuse_direct(&e),
+                Err(e) if refused(&e) => {
+                    // Some file systems (ramfs; tmpfs before Linux 6.6) create the file
+                    // and then refuse the flag: the staging name must be free again.
+                    match fs::remove_file(staging) {
+                        Ok(()) => {}
+                        Err(gone) if gone.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(other) => return Err(other),
+                    }
+                    self.refuse_direct(&e);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -435,7 +452,7 @@ mod tests {
             160,
             "every file landed and no staging file is left"
         );
-        let state = store.dir_sync.state.lock().unwrap();
+        let state = store.dir_sync.state.locked();
         assert_eq!(state.linked, 160);
         assert_eq!(state.synced, 160, "the last create's link is covered");
     }
@@ -456,7 +473,7 @@ mod tests {
         };
         let (first, second) = (fifo("first"), fifo("second"));
         let wait_until = |sync: &DirSync, done: &dyn Fn(&DirSyncState) -> bool| {
-            while !done(&sync.state.lock().unwrap()) {
+            while !done(&sync.state.locked()) {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         };

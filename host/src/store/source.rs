@@ -3,6 +3,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::sync::LockExt;
+
 use super::{S3Settings, S3Store, Store, read};
 
 /// Reads files named by handles: `s3://` URLs through an S3 client, anything else from
@@ -26,7 +28,7 @@ impl FileSource {
             return Ok(None);
         };
         let bucket = rest.split('/').next().unwrap_or_default();
-        let mut clients = self.clients.lock().unwrap();
+        let mut clients = self.clients.locked();
         if let Some(client) = clients.get(bucket) {
             return Ok(Some(client.clone()));
         }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use metrics::{Counter, Histogram, counter, histogram};
 
 use crate::error::Error;
+use crate::sync::LockExt;
 use crate::writer::PersistFuture;
 
 use super::{
@@ -33,7 +34,7 @@ impl WriterLabels {
 
     /// The label of the writer named `name`; the same for the same name every time.
     pub fn label(&self, name: &str) -> String {
-        let mut names = self.names.lock().unwrap();
+        let mut names = self.names.locked();
         if names.contains(name) {
             return name.to_string();
         }

@@ -5,6 +5,8 @@
 
 use std::sync::Mutex;
 
+use crate::sync::LockExt;
+
 /// A pool of byte buffers, holding at most `max_bytes` of spare capacity.
 pub(crate) struct BlockPool {
     spare: Mutex<Spare>,
@@ -32,7 +34,7 @@ impl BlockPool {
     /// An empty buffer with room for `len` bytes: the smallest spare one that fits, else
     /// a new one.
     pub fn take(&self, len: usize) -> Vec<u8> {
-        let mut spare = self.spare.lock().unwrap();
+        let mut spare = self.spare.locked();
         let best = spare
             .buffers
             .iter()
@@ -52,7 +54,7 @@ impl BlockPool {
     /// Takes a buffer back for later use (or frees it, when the pool is full).
     pub fn put(&self, mut buffer: Vec<u8>) {
         buffer.clear();
-        let mut spare = self.spare.lock().unwrap();
+        let mut spare = self.spare.locked();
         if buffer.capacity() == 0 || spare.bytes + buffer.capacity() > self.max_bytes {
             // Make room by dropping the smallest: large buffers are the costly ones.
             if let Some(i) = spare
@@ -77,7 +79,7 @@ impl BlockPool {
     /// Spare capacity held now.
     #[cfg(test)]
     pub fn spare_bytes(&self) -> usize {
-        self.spare.lock().unwrap().bytes
+        self.spare.locked().bytes
     }
 }
 

@@ -72,6 +72,13 @@ pub enum UploadError {
     /// accepted.
     #[error("the writer was closed while its upload waited for in-flight capacity")]
     WriterClosed,
+    /// The thread that waited for in-flight capacity was interrupted (the check given to
+    /// [`crate::interruptible`] said so, e.g. a cancelled task of a JVM): the task was not
+    /// accepted.
+    #[error(
+        "the thread waiting for in-flight capacity was interrupted; the upload was not accepted"
+    )]
+    Interrupted,
     /// The storage closed while the task waited in the queue for its batch.
     #[error("{}", dstl_proto::batch::Closed::BeforeUpload)]
     ClosedBeforeStart,

@@ -226,6 +226,7 @@ mod tests {
 
     use super::*;
     use crate::background::Outstanding;
+    use crate::sync::{CondvarExt, LockExt};
     use std::sync::{Condvar, Mutex};
     use std::time::Duration;
     use tokio::sync::mpsc;
@@ -253,14 +254,14 @@ mod tests {
     impl Gate {
         fn wait(&self) {
             let (open, cv) = &*self.0;
-            let mut open = open.lock().unwrap();
+            let mut open = open.locked();
             while !*open {
-                open = cv.wait(open).unwrap();
+                open = cv.wait_locked(open);
             }
         }
 
         fn open(&self) {
-            *self.0.0.lock().unwrap() = true;
+            *self.0.0.locked() = true;
             self.0.1.notify_all();
         }
     }
@@ -288,7 +289,7 @@ mod tests {
             tokio::task::spawn_blocking(move || outstanding.wait_idle())
                 .await
                 .unwrap();
-            self.discarded.lock().unwrap().clone()
+            self.discarded.locked().clone()
         }
     }
 
@@ -321,7 +322,7 @@ mod tests {
                     let _ = tx.send((n, Instant::now()));
                     attempt(n)
                 },
-                move |r| sink.lock().unwrap().push(r),
+                move |r| sink.locked().push(r),
                 outstanding.start(),
             ));
             let seen = Upload {

@@ -24,6 +24,8 @@ use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
 use crate::registry::{Registries, WriterId};
+use crate::store::lease::LeaseWatch;
+use crate::sync::LockExt;
 
 /// The tasks of a batch as `writer-id/task-id`, for its span.
 struct TaskIds<'a>(&'a [Recipient]);
@@ -106,6 +108,8 @@ pub(crate) struct Scheduler {
     pub blocks: Arc<BlockPool>,
     uploader: Arc<Uploader>,
     registries: Registries,
+    /// Stamps each file with the lease generation it was written in.
+    lease: Arc<LeaseWatch>,
     permits: Arc<Semaphore>,
     /// Batches running, by number: whoever takes a batch's recipients out delivers its
     /// outcome (the batch when it ends, or [`Scheduler::abandon_running`] at close).
@@ -114,6 +118,10 @@ pub(crate) struct Scheduler {
     runtime: tokio::runtime::Handle,
     outstanding: Outstanding,
     metrics: Arc<Metrics>,
+    /// Makes the next [`Scheduler::submit`] panic while it holds the queue's lock, as a
+    /// defect of the host would (dstl's tests of what a panic must not break).
+    #[cfg(feature = "test-util")]
+    pub panic_next_submit: AtomicBool,
     /// The last failed batch logged as a warning. Batches failing for the same cause
     /// within [`FAILURE_WARNING_INTERVAL`] of it are logged at debug level: a full disk
     /// fails every batch, and is one warning instead of one per batch.
@@ -138,6 +146,7 @@ impl Scheduler {
         settings: SchedulerSettings,
         uploader: Arc<Uploader>,
         registries: Registries,
+        lease: Arc<LeaseWatch>,
         runtime: tokio::runtime::Handle,
         outstanding: Outstanding,
         metrics: Arc<Metrics>,
@@ -152,12 +161,15 @@ impl Scheduler {
             blocks: uploader.buffers.clone(),
             uploader,
             registries,
+            lease,
             permits: Arc::new(Semaphore::new(settings.threads)),
             running: Mutex::new(HashMap::new()),
             next_batch: AtomicU64::new(0),
             runtime: runtime.clone(),
             outstanding,
             metrics,
+            #[cfg(feature = "test-util")]
+            panic_next_submit: AtomicBool::new(false),
             warned_failure: Mutex::new(None),
         });
         runtime.spawn(Self::run_timer(Arc::downgrade(&scheduler)));
@@ -171,7 +183,7 @@ impl Scheduler {
                 return;
             };
             let deadline = {
-                let queue = scheduler.queue.lock().unwrap();
+                let queue = scheduler.queue.locked();
                 if queue.batcher.is_closed() {
                     return;
                 }
@@ -195,8 +207,7 @@ impl Scheduler {
             };
             let batch = scheduler
                 .queue
-                .lock()
-                .unwrap()
+                .locked()
                 .batcher
                 .handle_timeout(Instant::now());
             if let Some(batch) = batch {
@@ -223,8 +234,13 @@ impl Scheduler {
             .map_err(|refused| match refused {
                 Refused::Closed => UploadError::StorageClosed,
                 Refused::Cancelled => UploadError::WriterClosed,
+                Refused::Interrupted => UploadError::Interrupted,
             })?;
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.locked();
+        #[cfg(feature = "test-util")]
+        if self.panic_next_submit.swap(false, Ordering::SeqCst) {
+            panic!("a panic injected into the scheduler (dstl's tests)");
+        }
         let queued = Queued {
             recipient: Recipient {
                 sink,
@@ -257,7 +273,7 @@ impl Scheduler {
     /// is to be a warning (`repeats`: failures for the same cause logged at debug level
     /// since the last warning), `None` when it repeats a recent warning.
     fn note_failure(&self, cause: String) -> Option<u64> {
-        let mut warned = self.warned_failure.lock().unwrap();
+        let mut warned = self.warned_failure.locked();
         if let Some(last) = warned.as_mut()
             && last.cause == cause
             && last.at.elapsed() < FAILURE_WARNING_INTERVAL
@@ -299,7 +315,10 @@ impl Scheduler {
             attempts = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.running.lock().unwrap().insert(number, recipients);
+        self.running.locked().insert(number, recipients);
+        // Taken before any attempt writes: a lapse of the lease after this may have let
+        // gc collect the file.
+        let generation = self.lease.generation();
         let this = self.clone();
         let job = self.outstanding.start();
         let batch_span = span.clone();
@@ -339,7 +358,7 @@ impl Scheduler {
                 }
             };
             let span = tracing::Span::current();
-            let Some(recipients) = this.running.lock().unwrap().remove(&number) else {
+            let Some(recipients) = this.running.locked().remove(&number) else {
                 // Abandoned at close: the persists failed already, so the file is nobody's.
                 span.record("outcome", "abandoned");
                 tracing::debug!("upload batch abandoned at close");
@@ -370,7 +389,7 @@ impl Scheduler {
                     Metrics::add(&this.metrics.written_bytes, file.written);
                     this.registries
                         .task
-                        .start_tracking(&file.remote, file.change_sets);
+                        .track(&file.remote, file.change_sets, generation);
                     if let Some(local) = &file.local {
                         // A local copy is claimed by each writer with change sets in it.
                         for (recipient, results) in recipients.iter().zip(&file.per_task) {
@@ -453,13 +472,13 @@ impl Scheduler {
 
     /// Tasks waiting to be batched.
     pub fn queue_size(&self) -> u64 {
-        self.queue.lock().unwrap().batcher.len() as u64
+        self.queue.locked().batcher.len() as u64
     }
 
     /// Fails queued tasks with a closed error and wakes writers waiting for capacity.
     /// Batches already running finish and deliver as usual.
     pub fn close(&self) {
-        let batch = { self.queue.lock().unwrap().batcher.close() };
+        let batch = { self.queue.locked().batcher.close() };
         self.metrics.upload_queue.decrement(batch.len() as f64);
         self.timer.notify_one();
         self.throttle.close();
@@ -479,8 +498,7 @@ impl Scheduler {
     pub fn abandon_running(&self) -> usize {
         let running: Vec<Recipient> = self
             .running
-            .lock()
-            .unwrap()
+            .locked()
             .drain()
             .flat_map(|(_, recipients)| recipients)
             .collect();

@@ -6,10 +6,14 @@
 //! back on when a release restores it, so an operator can stop pulling input instead of
 //! blocking.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
+
+use crate::sync::{CondvarExt, LockExt};
 
 /// Why a task was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +22,54 @@ pub(crate) enum Refused {
     Closed,
     /// The waiting writer is closing.
     Cancelled,
+    /// The waiting thread was interrupted (see [`interruptible`]).
+    Interrupted,
+}
+
+/// How often a wait for capacity asks the thread's interrupt check.
+const INTERRUPT_POLL: Duration = Duration::from_millis(20);
+
+thread_local! {
+    /// The check [`interruptible`] installed on this thread, if any: a pointer to a
+    /// closure on the stack of `interruptible`, which removes it before returning.
+    static INTERRUPT_CHECK: Cell<Option<*const (dyn Fn() -> bool + 'static)>> =
+        const { Cell::new(None) };
+}
+
+/// Runs `f` on this thread with `interrupted` consulted while `f` waits for upload
+/// capacity (the in-flight limit of `dstl.dfs.upload.max-in-flight`): a wait asks it
+/// every 20 ms and gives up once it answers true, and the upload that waited fails with
+/// [`crate::UploadError::Interrupted`] (a pre-emptive upload fails the append that
+/// triggered it; a persist fails). An embedding whose threads are interrupted by other
+/// means than dstl's own close (a JVM's `Thread.interrupt`, a cancelled task) passes its
+/// way of asking here, so a back-pressured call never outlives the task that made it.
+///
+/// `interrupted` runs on this thread, under no lock of the writer's, and must not call
+/// into dstl.
+pub fn interruptible<R>(interrupted: &dyn Fn() -> bool, f: impl FnOnce() -> R) -> R {
+    /// Puts back the check that was installed before, also when `f` unwinds.
+    struct Restore(Option<*const (dyn Fn() -> bool + 'static)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INTERRUPT_CHECK.with(|check| check.set(self.0));
+        }
+    }
+    // SAFETY: only the lifetime is erased. The pointer is used only by `interrupted_now`
+    // on this thread while `f` runs, and `Restore` removes it before `interrupted` goes
+    // out of scope, on every path out of this function.
+    let erased: *const (dyn Fn() -> bool + 'static) =
+        unsafe { std::mem::transmute(interrupted as *const (dyn Fn() -> bool + '_)) };
+    let _restore = Restore(INTERRUPT_CHECK.with(|check| check.replace(Some(erased))));
+    f()
+}
+
+/// Whether the check of this thread's [`interruptible`] says to give up; `None` without one.
+fn interrupted_now() -> Option<bool> {
+    INTERRUPT_CHECK.with(|check| check.get()).map(|check| {
+        // SAFETY: see `interruptible`: the closure outlives its installation.
+        let check = unsafe { &*check };
+        check()
+    })
 }
 
 /// Bytes in flight against a limit.
@@ -50,14 +102,21 @@ impl Throttle {
     }
 
     /// Waits for capacity, then admits `size` bytes. Fails once the throttle is closed,
-    /// and while waiting once `cancel` is set (and [`Throttle::wake`] called).
+    /// and while waiting once `cancel` is set (and [`Throttle::wake`] called), or once the
+    /// thread's [`interruptible`] check says so.
     pub fn admit(&self, size: u64, cancel: &AtomicBool) -> Result<(), Refused> {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.locked();
         while state.in_flight >= self.max && !state.closed {
             if cancel.load(Ordering::SeqCst) {
                 return Err(Refused::Cancelled);
             }
-            state = self.changed.wait(state).unwrap();
+            match interrupted_now() {
+                None => state = self.changed.wait_locked(state),
+                Some(true) => return Err(Refused::Interrupted),
+                Some(false) => {
+                    state = self.changed.wait_timeout_locked(state, INTERRUPT_POLL).0;
+                }
+            }
         }
         if state.closed {
             return Err(Refused::Closed);
@@ -73,7 +132,7 @@ impl Throttle {
 
     /// Returns `size` bytes; wakes waiters when capacity is back.
     pub fn release(&self, size: u64) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.locked();
         let had_capacity = state.in_flight < self.max;
         let released = size.min(state.in_flight);
         state.in_flight -= released;
@@ -88,19 +147,19 @@ impl Throttle {
     pub fn wake(&self) {
         // Taking the lock orders this after a waiter's check of its flag: the waiter is
         // either still to check (and sees the flag) or waiting (and is woken).
-        drop(self.state.lock().unwrap());
+        drop(self.state.locked());
         self.changed.notify_all();
     }
 
     /// Wakes every waiter with an error; later admissions fail.
     pub fn close(&self) {
-        self.state.lock().unwrap().closed = true;
+        self.state.locked().closed = true;
         self.changed.notify_all();
         self.available.send_replace(true);
     }
 
     pub fn in_flight(&self) -> u64 {
-        self.state.lock().unwrap().in_flight
+        self.state.locked().in_flight
     }
 
     pub fn subscribe(&self) -> watch::Receiver<bool> {
@@ -195,6 +254,36 @@ mod tests {
             .expect("released waiter proceeds");
         waiter.join().unwrap();
         assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn an_interrupted_waiter_gives_up_and_one_without_a_check_waits_on() {
+        let t = Arc::new(Throttle::new(1));
+        t.admit(1, &GO).unwrap();
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let interrupted = {
+            let (t, interrupt) = (t.clone(), interrupt.clone());
+            std::thread::spawn(move || {
+                let check = || interrupt.load(Ordering::SeqCst);
+                let result = interruptible(&check, || t.admit(1, &GO));
+                // The check is gone once `interruptible` returns.
+                (result, interrupted_now())
+            })
+        };
+        let other = {
+            let t = t.clone();
+            std::thread::spawn(move || t.admit(1, &GO))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!interrupted.is_finished(), "waits until interrupted");
+        interrupt.store(true, Ordering::SeqCst);
+        let (result, check_after) = interrupted.join().unwrap();
+        assert_eq!(result, Err(Refused::Interrupted));
+        assert_eq!(check_after, None);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!other.is_finished(), "a waiter without a check still waits");
+        t.release(1);
+        other.join().unwrap().unwrap();
     }
 
     #[test]

@@ -3,11 +3,12 @@
 
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dstl_proto::handoff::HandOff;
-use dstl_proto::types::{WriterConfig, WriterError};
+use dstl_proto::types::{SnapshotResult, WriterConfig, WriterError};
 
 use super::buffer::AppendBuffer;
 use super::persist::Tickets;
@@ -15,6 +16,7 @@ use crate::error::Error;
 use crate::registry::WriterId;
 use crate::sandbox::{Call, Instance, Trap};
 use crate::services::Services;
+use crate::sync::panic_message;
 use crate::telemetry::WriterMetrics;
 use crate::upload::{UploadError, UploadOutcome};
 
@@ -113,10 +115,52 @@ impl WriterCore {
     /// while it was held, on every path out of a call (early returns included): a
     /// delivering thread that found the lock taken left them to whoever held it.
     pub fn lock(&self) -> Locked<'_> {
+        let state = match self.state.lock() {
+            Ok(state) => state,
+            Err(poisoned) => self.recover(poisoned),
+        };
         Locked {
             core: self,
-            state: Some(self.state.lock().unwrap()),
+            state: Some(state),
         }
+    }
+
+    /// The guard of a lock that a panic poisoned while a thread held it: the writer's
+    /// state may be half-way through a change, so the writer fails (its pending persists
+    /// with it) as if its sandbox had trapped, and the lock is usable again.
+    pub fn recover<'a>(
+        &self,
+        poisoned: PoisonError<MutexGuard<'a, WriterState>>,
+    ) -> MutexGuard<'a, WriterState> {
+        self.state.clear_poison();
+        let mut state = poisoned.into_inner();
+        if state.failure.is_none() {
+            self.poison(
+                &mut state,
+                Trap::host_panic("a thread panicked while it held the writer"),
+            );
+        }
+        state
+    }
+
+    /// Whether `snapshot` may be acknowledged: no file it names that the storage still
+    /// tracks was written before a lapse of the job's lease, and the lease has not lapsed
+    /// now (see `store::lease::LeaseWatch`). Files a confirmed checkpoint owns are no
+    /// longer tracked: a manifest names them, so gc keeps them.
+    pub fn acknowledge(&self, snapshot: &SnapshotResult) -> Result<(), Error> {
+        let task = &self.services.registries.task;
+        let generations = snapshot
+            .remote
+            .entries
+            .iter()
+            .filter_map(|entry| task.written_in(&entry.handle.path));
+        self.services
+            .lease
+            .check(generations)
+            .map_err(|lapse| Error::LeaseLapsed {
+                writer: self.name.clone(),
+                reason: lapse.to_string(),
+            })
     }
 
     pub fn writer_error(&self, source: WriterError) -> Error {
@@ -132,14 +176,24 @@ impl WriterCore {
         guest_error(&self.name, source, upload)
     }
 
-    /// One guest call; a trap poisons the writer.
+    /// One guest call; a trap poisons the writer, and so does a panic of the host's own
+    /// code during the call (its imports, the scheduler, the bookkeeping around it): the
+    /// panic stops here, as a typed error of this writer, instead of unwinding into the
+    /// caller (a JVM, through JNI) with the writer's lock poisoned.
     pub fn invoke<R>(
         &self,
         state: &mut WriterState,
         f: impl FnOnce(&mut Instance, &mut Bookkeeping) -> Call<R>,
     ) -> Result<R, Error> {
         let WriterState { instance, book, .. } = state;
-        let outcome = instance.as_mut().map(|instance| f(instance, book));
+        let outcome = instance
+            .as_mut()
+            .map(|instance| catch_unwind(AssertUnwindSafe(|| f(instance, book))));
+        let outcome = match outcome {
+            Some(Err(panic)) => Some(Err(Trap::host_panic(&panic_message(&*panic)))),
+            Some(Ok(call)) => Some(call),
+            None => None,
+        };
         let refusal = instance.as_mut().and_then(Instance::take_refusal);
         match outcome {
             None => Err(self.trapped_error(state)),
@@ -175,7 +229,7 @@ impl WriterCore {
     }
 
     /// The sandbox trapped: drop it and fail every pending persist with the cause.
-    fn poison(&self, state: &mut WriterState, trap: Trap) {
+    pub fn poison(&self, state: &mut WriterState, trap: Trap) {
         tracing::error!(writer = %self.name, kind = ?trap.kind, cause = %trap.cause, "writer sandbox trapped");
         self.metrics.trapped();
         self.abandon(state);

@@ -8,7 +8,10 @@
 //! the call that holds the writer now, never for a later one. Nothing ever waits for the
 //! lock while holding another writer's lock, so delivery cannot deadlock.
 
+use std::sync::TryLockError;
+
 use super::core::{WriterCore, WriterState};
+use crate::sync::LockExt;
 use crate::upload::{OutcomeSink, UploadOutcome};
 
 impl OutcomeSink for WriterCore {
@@ -16,7 +19,7 @@ impl OutcomeSink for WriterCore {
     /// writer's own call delivers it before returning).
     fn deliver(&self, outcome: UploadOutcome) {
         let _span = self.span.enter();
-        self.mailbox.lock().unwrap().push_back(outcome);
+        self.mailbox.locked().push_back(outcome);
         self.pump();
     }
 }
@@ -25,11 +28,16 @@ impl WriterCore {
     /// Delivers what waits, unless a call holds the writer (it pumps after unlocking).
     pub fn pump(&self) {
         loop {
-            if self.mailbox.lock().unwrap().is_empty() {
+            if self.mailbox.locked().is_empty() {
                 return;
             }
-            let Ok(mut state) = self.state.try_lock() else {
-                return;
+            let mut state = match self.state.try_lock() {
+                Ok(state) => state,
+                Err(TryLockError::WouldBlock) => return,
+                // Not a busy writer but a broken one: fail it and deliver to it anyway
+                // (a writer without a sandbox releases the files of what it is handed),
+                // so no outcome waits in the mailbox for good.
+                Err(TryLockError::Poisoned(poisoned)) => self.recover(poisoned),
             };
             self.drain(&mut state);
         }
@@ -38,7 +46,7 @@ impl WriterCore {
     /// Delivers every waiting outcome to the guest.
     pub fn drain(&self, state: &mut WriterState) {
         loop {
-            let Some(outcome) = self.mailbox.lock().unwrap().pop_front() else {
+            let Some(outcome) = self.mailbox.locked().pop_front() else {
                 return;
             };
             if state.instance.is_none() {
@@ -56,7 +64,9 @@ impl WriterCore {
             let _ = self.invoke(state, |instance, book| {
                 let completions = instance.deliver(outcome)?;
                 book.tickets
-                    .resolve(&self.name, completions, failure.as_ref());
+                    .resolve(&self.name, completions, failure.as_ref(), &|snapshot| {
+                        self.acknowledge(snapshot)
+                    });
                 Ok(Ok(()))
             });
         }

@@ -236,13 +236,15 @@ impl Writer {
     /// limit (`dstl.writer.memory-limit`), where it traps.
     pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
         let started = Instant::now();
-        let name = &self.core.name;
+        let core = &self.core;
         let result = self.call(|instance, book| {
             let reply = instance.persist(from, checkpoint)?;
             book.hand_off.persisted(reply.as_ref().err());
             Ok(reply.map(|reply| match reply {
-                PersistReply::Ready(snapshot) => PersistFuture::ready(Ok(snapshot)),
-                PersistReply::Pending(ticket) => book.tickets.wait_for(name, ticket),
+                PersistReply::Ready(snapshot) => {
+                    PersistFuture::ready(core.acknowledge(&snapshot).map(|()| snapshot))
+                }
+                PersistReply::Pending(ticket) => book.tickets.wait_for(&core.name, ticket),
             }))
         });
         self.core.metrics.persisted(started, &result);
@@ -301,7 +303,9 @@ impl Writer {
                 Err(e) => return Ok(Err(e)),
             };
             book.closed = true;
-            book.tickets.resolve(name, completions, None);
+            book.tickets.resolve(name, completions, None, &|snapshot| {
+                core.acknowledge(snapshot)
+            });
             instance.release_unreturned();
             Ok(Ok(()))
         })

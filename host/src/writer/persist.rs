@@ -41,12 +41,14 @@ impl Tickets {
     }
 
     /// Completes the persists the guest finished; those that failed because of `upload`
-    /// (the failure the guest was just told of) fail with its typed cause.
+    /// (the failure the guest was just told of) fail with its typed cause, and a snapshot
+    /// that `acknowledge` refuses fails with its error.
     pub fn resolve(
         &mut self,
         writer: &str,
         completions: Vec<PersistCompletion>,
         upload: Option<&UploadError>,
+        acknowledge: &dyn Fn(&SnapshotResult) -> Result<(), Error>,
     ) {
         for completion in completions {
             let Some((tx, started)) = self.pending.remove(&completion.ticket) else {
@@ -57,13 +59,14 @@ impl Tickets {
                 );
                 continue;
             };
-            match &completion.outcome {
+            let outcome = completion
+                .outcome
+                .map_err(|source| super::core::guest_error(writer, source, upload))
+                .and_then(|snapshot| acknowledge(&snapshot).map(|()| snapshot));
+            match &outcome {
                 Ok(_) => self.metrics.persist_succeeded(started),
                 Err(_) => self.metrics.persist_failed(),
             }
-            let outcome = completion
-                .outcome
-                .map_err(|source| super::core::guest_error(writer, source, upload));
             // The caller may have dropped the future; that is fine.
             let _ = tx.send(outcome);
         }

@@ -2279,6 +2279,45 @@ fn repeated_results_of_a_task_count_once() {
 }
 
 #[test]
+fn a_task_that_comes_back_short_fails_the_persists_it_leaves_missing() {
+    // A host that returns fewer results than the task held must not leave a persist
+    // waiting forever with a change set that never gets a result: the persists that need
+    // it fail (as for a failed upload), and later persists over it fail too.
+    let mut w = writer(u64::MAX);
+    let mut fx = Fake::default();
+    let (a, b) = (bytes(8, 1), bytes(8, 2));
+    append(&mut w, &mut fx, &a);
+    w.next_sequence_number();
+    append(&mut w, &mut fx, &b);
+    let ticket = pending(w.persist(&mut fx, 0, 1));
+    let [task] = fx.pending()[..] else {
+        panic!("one task")
+    };
+    let (_, mut results) = fx.write_file(&[task]).pop().unwrap();
+    assert_eq!(results.len(), 2);
+    let kept = results.remove(0);
+    let done = w.on_upload_succeeded(&mut fx, task, vec![kept]);
+    let [completion] = &done[..] else {
+        panic!("the persist completes at once: {done:?}")
+    };
+    assert_eq!(completion.ticket, ticket);
+    let Err(WriterError::UploadFailed(cause)) = &completion.outcome else {
+        panic!("{completion:?}")
+    };
+    assert!(
+        cause.contains(&format!(
+            "task {task} returned no result for change sets [1]"
+        )),
+        "{cause}"
+    );
+    assert_eq!(w.pending_persists(), 0);
+    assert!(matches!(
+        w.persist(&mut fx, 0, 2),
+        Err(WriterError::AlreadyFailed(_))
+    ));
+}
+
+#[test]
 fn pre_emptive_uploads_wait_for_nothing() {
     // Nobody awaits a pre-emptive persist: it uploads and keeps no listener, so results
     // do not visit one per small change set in flight, and no snapshot is built (or

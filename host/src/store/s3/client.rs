@@ -55,6 +55,71 @@ impl S3Store {
         )
     }
 
+    /// The whole bucket as a store, for a file system over it (the Flink plugin's
+    /// `dstl-s3://` file system): paths are `s3://bucket/<key>` for any key. Checks the
+    /// credentials and probes the bucket as [`S3Store::open`] does.
+    pub fn open_bucket(settings: &S3Settings, bucket: &str) -> Result<Self, S3Error> {
+        Self::open_at(settings, bucket, "", None)
+    }
+
+    /// The object at `path` (`s3://bucket/<key>` of this store), or `None` if there is
+    /// none.
+    pub fn stat(&self, path: &str) -> std::io::Result<Option<StoredFile>> {
+        let key = self.key(path)?;
+        match self.block(self.client.head(&key)) {
+            Ok(meta) => Ok(Some(StoredFile {
+                path: path.to_string(),
+                size: meta.size,
+                modified: SystemTime::UNIX_EPOCH
+                    + Duration::from_millis(meta.last_modified.timestamp_millis().max(0) as u64),
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(io_error(format!("cannot look up {path}"), e)),
+        }
+    }
+
+    /// The objects whose keys start with `path`'s key followed by `/` (what a directory
+    /// holds, at any depth), sorted by path.
+    pub fn list_under(&self, path: &str) -> std::io::Result<Vec<StoredFile>> {
+        let prefix = match path.strip_prefix(&format!("s3://{}", self.bucket)) {
+            Some("") | Some("/") => Key::from(""),
+            Some(_) => self.key(path)?,
+            None => return Err(self.key(path).unwrap_err()),
+        };
+        let metas: Vec<_> = self
+            .block(self.client.list(Some(&prefix)).try_collect::<Vec<_>>())
+            .map_err(|e| io_error(format!("cannot list {path}"), e))?;
+        let mut files: Vec<StoredFile> = metas
+            .into_iter()
+            .map(|m| StoredFile {
+                path: self.url(&m.location),
+                size: m.size,
+                modified: SystemTime::UNIX_EPOCH
+                    + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64),
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
+    /// Writes `bytes` as the object at `path`, whole: replacing what is there with
+    /// `overwrite`, else failing with `AlreadyExists` if the object exists.
+    pub fn put(&self, path: &str, bytes: &[u8], overwrite: bool) -> std::io::Result<()> {
+        let key = self.key(path)?;
+        let payload = PutPayload::from(bytes.to_vec());
+        let options = PutOptions {
+            mode: if overwrite {
+                PutMode::Overwrite
+            } else {
+                PutMode::Create
+            },
+            ..PutOptions::default()
+        };
+        self.block(self.client.put_opts(&key, payload, options))
+            .map(|_| ())
+            .map_err(|e| io_error(format!("cannot write {path}"), e))
+    }
+
     /// A store writing to `s3://bucket/<key_prefix>/` (no leading or trailing `/`); its
     /// requests run on `runtime` (a multi-threaded runtime with I/O and time enabled),
     /// or on a runtime of its own when `None`.
@@ -181,13 +246,33 @@ impl S3Store {
     }
 
     /// Replaces the content of `path`, a file of this store, with `bytes` (or creates
-    /// it): for small records that change, never for changelog files.
-    pub(crate) fn overwrite(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+    /// it), giving up after `limit`: for small records that change, never for changelog
+    /// files.
+    pub(crate) fn overwrite_within(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        limit: Duration,
+    ) -> std::io::Result<()> {
         let key = self.key(path)?;
         let payload = PutPayload::from(bytes.to_vec());
-        self.block(self.client.put(&key, payload))
+        self.block(async { tokio::time::timeout(limit, self.client.put(&key, payload)).await })
+            .map_err(|_| timed_out(format!("cannot write {path}"), limit))?
             .map(|_| ())
             .map_err(|e| io_error(format!("cannot write {path}"), e))
+    }
+
+    /// Deletes `path`, a file of this store, giving up after `limit` (a missing file is
+    /// no error).
+    pub(crate) fn delete_within(&self, path: &str, limit: Duration) -> std::io::Result<()> {
+        let key = self.key(path)?;
+        match self
+            .block(async { tokio::time::timeout(limit, self.client.delete(&key)).await })
+            .map_err(|_| timed_out(format!("cannot delete {path}"), limit))?
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(io_error(format!("cannot delete {path}"), e)),
+        }
     }
 
     fn url(&self, key: &Key) -> String {
@@ -217,6 +302,13 @@ impl S3Store {
         }
         Key::parse(key).map_err(|_| invalid())
     }
+}
+
+fn timed_out(what: String, limit: Duration) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what}: no answer within {} ms", limit.as_millis()),
+    )
 }
 
 fn io_error(what: String, e: object_store::Error) -> std::io::Error {

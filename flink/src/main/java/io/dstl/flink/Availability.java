@@ -20,13 +20,13 @@ import org.slf4j.LoggerFactory;
 final class Availability implements AvailabilityProvider {
     private static final Logger LOG = LoggerFactory.getLogger(Availability.class);
 
-    private final long storage;
+    private final NativeStorage storage;
     private volatile boolean available = true;
     private CompletableFuture<?> waiting;
     private Thread waiter;
     private boolean closed;
 
-    Availability(long storage) {
+    Availability(NativeStorage storage) {
         this.storage = storage;
     }
 
@@ -59,7 +59,7 @@ final class Availability implements AvailabilityProvider {
 
     /** After a writer's native call that may have admitted an upload. */
     void refresh() {
-        if (!Native.awaitAvailable(storage, 0)) {
+        if (!storage.awaitAvailable(0)) {
             synchronized (this) {
                 if (!closed) {
                     available = false;
@@ -88,7 +88,7 @@ final class Availability implements AvailabilityProvider {
             boolean again = false;
             while (!again) {
                 try {
-                    again = Native.awaitAvailable(storage, 200);
+                    again = storage.awaitAvailable(200);
                 } catch (Exception e) { // the native side reports panics as IOException
                     // Never leave the task waiting on a future nobody completes: report
                     // available (uploads still block on the limit inside the writer calls).

@@ -55,6 +55,11 @@ final class Completion {
         this.local = local;
     }
 
+    /** The request id an outcome answers: its first field. */
+    static long request(byte[] bytes) throws IOException {
+        return new DataInputStream(new ByteArrayInputStream(bytes)).readLong();
+    }
+
     static Completion decode(byte[] bytes) throws IOException {
         DataInputStream in = new DataInputStream(new ByteArrayInputStream(bytes));
         long request = in.readLong();
@@ -69,35 +74,43 @@ final class Completion {
     }
 
     /** Flink's snapshot: the remote handle, and the local one when Flink recovers locally. */
-    SnapshotResult<ChangelogStateHandleStreamImpl> snapshot(KeyGroupRange range, boolean localRecovery) {
+    SnapshotResult<ChangelogStateHandleStreamImpl> snapshot(
+            KeyGroupRange range, boolean localRecovery, String objectScheme) {
         ChangelogStateHandleStreamImpl remoteHandle =
-                handle(remote, range, stateSize, incrementalSize);
+                handle(remote, range, stateSize, incrementalSize, objectScheme);
         if (localRecovery && local != null && local.size() == remote.size()) {
             long localSize = local.stream().mapToLong(e -> e.size).sum();
             // As Flink's writer: a local handle reports no incremental size.
-            return SnapshotResult.withLocalState(remoteHandle, handle(local, range, localSize, 0));
+            return SnapshotResult.withLocalState(remoteHandle, handle(local, range, localSize, 0, objectScheme));
         }
         return SnapshotResult.of(remoteHandle);
     }
 
     private static ChangelogStateHandleStreamImpl handle(
-            List<Entry> entries, KeyGroupRange range, long size, long incremental) {
+            List<Entry> entries, KeyGroupRange range, long size, long incremental, String objectScheme) {
         // One FileStateHandle per file, shared by its change sets, spelled one way: the
         // JobManager keys shared state by the path's URI.
         Map<String, StreamStateHandle> files = new HashMap<>();
         List<Tuple2<StreamStateHandle, Long>> pairs = new ArrayList<>(entries.size());
         for (Entry e : entries) {
             StreamStateHandle file =
-                    files.computeIfAbsent(e.path, p -> new FileStateHandle(flinkPath(p), e.fileSize));
+                    files.computeIfAbsent(e.path, p -> new FileStateHandle(flinkPath(p, objectScheme), e.fileSize));
             pairs.add(Tuple2.of(file, e.offset));
         }
         return new ChangelogStateHandleStreamImpl(pairs, range, size, incremental, STORAGE_ID);
     }
 
-    /** A local path as a {@code file:} URI (so any Flink FileSystem setup resolves it). */
-    private static Path flinkPath(String path) {
+    /**
+     * A local path as a {@code file:} URI (so any Flink FileSystem setup resolves it); an object
+     * of an object store ({@code s3://bucket/key}) under {@code objectScheme}: {@code dstl-s3},
+     * which the plugin's own file system serves, or {@code s3} for Flink's.
+     */
+    static Path flinkPath(String path, String objectScheme) {
         if (path.startsWith("/")) {
             return new Path(new File(path).toURI());
+        }
+        if (path.startsWith("s3://") && !objectScheme.equals("s3")) {
+            return new Path(objectScheme + "://" + path.substring("s3://".length()));
         }
         return new Path(path);
     }

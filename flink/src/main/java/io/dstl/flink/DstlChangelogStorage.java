@@ -47,8 +47,18 @@ import org.slf4j.LoggerFactory;
 final class DstlChangelogStorage implements StateChangelogStorage<ChangelogStateHandleStreamImpl> {
     private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogStorage.class);
 
+    /** The prefix of Flink's changelog keys; dstl's are also accepted without it, as Flink's are. */
+    static final String FLINK_PREFIX = "state.changelog.";
+
     /** The prefix of every key dstl reads from Flink's configuration. */
-    static final String PREFIX = "state.changelog.dstl.";
+    static final String PREFIX = FLINK_PREFIX + "dstl.";
+
+    /**
+     * The plugin's own key: the scheme of the handles of changelog objects on an object store,
+     * {@code dstl-s3} (served by the plugin's own file system) or {@code s3} (for a cluster that
+     * runs Flink's S3 file system and wants plain {@code s3://} handles).
+     */
+    static final String HANDLE_SCHEME = PREFIX + "flink.handle-scheme";
 
     private static final String BASE_PATH = PREFIX + "dfs.base-path";
 
@@ -57,8 +67,8 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
     private final TaskManagerJobMetricGroup metricGroup;
     private final LocalRecoveryConfig localRecovery;
 
-    /** The native storage; 0 until the first writer, and again once closed. */
-    private long handle;
+    /** The native storage; null until the first writer. */
+    private NativeStorage nativeStorage;
 
     private boolean closed;
     private Thread completionThread;
@@ -121,7 +131,9 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
     private DstlChangelogWriter newWriter(
             String operatorId, KeyGroupRange keyGroupRange, MailboxExecutor mailboxExecutor)
             throws IOException {
-        long storage = open();
+        // A close from here on makes the native create fail by name (the handle stays valid
+        // for it: NativeStorage), or finds the writer below and frees it.
+        NativeStorage storage = open();
         // Subtasks of one operator share its id; the key groups tell them apart.
         String name =
                 operatorId
@@ -167,10 +179,17 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         return availabilityProvider;
     }
 
+    /**
+     * Closes the native storage first, then frees the writers their tasks did not close. A
+     * task thread back-pressured in a native call holds its writer's monitor until uploads
+     * drain; closing the storage wakes it (its call fails), so freeing its writer never waits
+     * on uploads that may never finish. Blocks for at most the native close's grace for the
+     * uploads still running ({@code max-attempts × timeout}, at least 5 s).
+     */
     @Override
     public void close() throws Exception {
         List<DstlChangelogWriter> open;
-        long storage;
+        NativeStorage storage;
         StateChangelogStorageView<?> reader;
         synchronized (this) {
             if (closed) {
@@ -179,18 +198,26 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
             closed = true;
             open = new ArrayList<>(writers);
             writers.clear();
-            storage = handle;
+            storage = nativeStorage;
             reader = view;
+        }
+        Throwable failure = null;
+        if (storage != null) {
+            availability.close();
+            metrics.close();
+            try {
+                storage.close();
+            } catch (IOException | RuntimeException e) {
+                // The native close still ended the completion queue: go on freeing.
+                failure = e;
+            }
         }
         for (DstlChangelogWriter writer : open) {
             writer.free();
         }
-        if (storage != 0) {
-            availability.close();
-            metrics.close();
-            Native.closeStorage(storage);
+        if (storage != null) {
             completionThread.join();
-            Native.freeStorage(storage);
+            storage.free();
         }
         for (Pending p : pending.values()) {
             p.future.completeExceptionally(new IOException("dstl: the changelog storage was closed"));
@@ -198,6 +225,9 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         pending.clear();
         if (reader != null) {
             reader.close();
+        }
+        if (failure != null) {
+            throw new IOException("dstl: closing the changelog storage of job " + jobId + " failed", failure);
         }
     }
 
@@ -220,13 +250,13 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         pending.remove(request);
     }
 
-    /** Opens the native storage on first use and returns its handle. */
-    private synchronized long open() throws IOException {
+    /** Opens the native storage on first use and returns it. */
+    private synchronized NativeStorage open() throws IOException {
         if (closed) {
             throw new IllegalStateException("dstl: the changelog storage of job " + jobId + " is closed");
         }
-        if (handle != 0) {
-            return handle;
+        if (nativeStorage != null) {
+            return nativeStorage;
         }
         Native.load();
         Map<String, String> settings = settings();
@@ -234,12 +264,13 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         for (Map.Entry<String, String> e : settings.entrySet()) {
             packed.append(e.getKey()).append('\0').append(e.getValue()).append('\0');
         }
-        long storage = Native.openStorage(packed.toString().getBytes(StandardCharsets.UTF_8));
-        handle = storage;
+        NativeStorage storage = new NativeStorage(
+                jobId.toString(), Native.openStorage(packed.toString().getBytes(StandardCharsets.UTF_8)));
+        nativeStorage = storage;
         availability = new Availability(storage);
         metrics = DstlMetrics.register(metricGroup, storage);
         // As the native side parsed it: one syntax, one value.
-        preemptiveThreshold = Native.preemptiveThreshold(storage);
+        preemptiveThreshold = storage.preemptiveThreshold();
         completionThread = new Thread(() -> deliverCompletions(storage), "dstl-completions-" + jobId);
         // A daemon: it never keeps a TaskManager (or a test JVM) alive.
         completionThread.setDaemon(true);
@@ -255,11 +286,21 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
      */
     private Map<String, String> settings() throws IOException {
         Map<String, String> settings = new LinkedHashMap<>();
-        for (Map.Entry<String, String> e : configuration.toMap().entrySet()) {
-            if (e.getKey().startsWith(PREFIX)) {
-                settings.put(e.getKey(), e.getValue());
+        Map<String, String> all = configuration.toMap();
+        for (Map.Entry<String, String> e : all.entrySet()) {
+            String key = e.getKey();
+            if (key.startsWith(PREFIX + "flink.") || key.startsWith("dstl.flink.")) {
+                continue; // The plugin's own keys (HANDLE_SCHEME), read on the Java side.
+            }
+            if (key.startsWith(PREFIX)) {
+                settings.put(key, e.getValue());
+            } else if (key.startsWith("dstl.") && !all.containsKey(FLINK_PREFIX + key)) {
+                // Flink's older spelling (`dstl.dfs.base-path`), which Flink's own storage
+                // still accepts; the full key wins where both are set.
+                settings.put(FLINK_PREFIX + key, e.getValue());
             }
         }
+        handleScheme();
         String base = settings.get(BASE_PATH);
         if (base == null || base.isBlank()) {
             throw new IOException("dstl: " + BASE_PATH + " is not set: say where the changelog files go");
@@ -291,14 +332,32 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         return shown;
     }
 
-    /** A local base path as a plain absolute path (dstl's form); object stores as given. */
+    /**
+     * A local base path as a plain absolute path (dstl's form); an object store as
+     * {@code s3://bucket/prefix}, also when given as {@code dstl-s3://} (the scheme its handles
+     * carry).
+     */
     private static String nativeBase(String base) {
         Path path = new Path(base);
         String scheme = path.toUri().getScheme();
         if (scheme == null || scheme.equals("file")) {
             return new File(path.toUri().getPath()).getAbsolutePath();
         }
+        if (scheme.equals(DstlS3FileSystem.SCHEME)) {
+            return "s3" + base.trim().substring(DstlS3FileSystem.SCHEME.length());
+        }
         return base;
+    }
+
+    /** The scheme handles give objects of an object store: {@link #HANDLE_SCHEME}, checked by name. */
+    String handleScheme() {
+        String value = configuration.toMap().getOrDefault(HANDLE_SCHEME,
+                configuration.toMap().getOrDefault("dstl.flink.handle-scheme", DstlS3FileSystem.SCHEME)).trim();
+        if (!value.equals(DstlS3FileSystem.SCHEME) && !value.equals("s3")) {
+            throw new IllegalArgumentException("dstl: invalid value `" + value + "` for `" + HANDLE_SCHEME
+                    + "`: expected `" + DstlS3FileSystem.SCHEME + "` (the plugin's own file system) or `s3` (Flink's)");
+        }
+        return value;
     }
 
     /** Whether local handles go into snapshots (Flink's switch for the writer side). */
@@ -306,21 +365,36 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         return localRecovery.isLocalRecoveryEnabled();
     }
 
-    private void deliverCompletions(long storage) {
+    private void deliverCompletions(NativeStorage storage) {
         while (true) {
-            byte[] bytes = Native.nextCompletion(storage);
+            byte[] bytes;
+            try {
+                bytes = storage.nextCompletion();
+            } catch (RuntimeException e) {
+                LOG.error("dstl: taking a persist outcome failed; persists still pending fail at close", e);
+                return;
+            }
             if (bytes == null) {
                 return;
             }
+            Pending p;
             try {
-                Completion completion = Completion.decode(bytes);
-                Pending p = pending.remove(completion.request);
-                if (p == null) {
-                    continue;
-                }
-                complete(p, completion);
+                p = pending.remove(Completion.request(bytes));
+            } catch (IOException | RuntimeException e) {
+                // Unreadable even where the request id goes: nobody to tell but the log.
+                LOG.error("dstl: a persist outcome without a readable request id", e);
+                continue;
+            }
+            if (p == null) {
+                continue;
+            }
+            try {
+                complete(p, Completion.decode(bytes));
             } catch (Throwable t) {
-                LOG.error("dstl: cannot deliver a persist outcome", t);
+                // The outcome was taken out of `pending`: its future must not stay pending.
+                LOG.error("dstl: cannot deliver the outcome of a persist of writer {}", p.writer, t);
+                p.future.completeExceptionally(new IOException(
+                        "dstl: writer " + p.writer + ": the outcome of its persist cannot be read: " + t, t));
             }
         }
     }
@@ -332,7 +406,7 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
             finish = () -> p.future.completeExceptionally(error);
         } else {
             SnapshotResult<ChangelogStateHandleStreamImpl> result =
-                    completion.snapshot(p.range, localRecoveryEnabled());
+                    completion.snapshot(p.range, localRecoveryEnabled(), handleScheme());
             finish = () -> p.future.complete(result);
         }
         try {

@@ -26,7 +26,9 @@ import org.slf4j.LoggerFactory;
  * persist threshold (so pre-emptive uploads start when Flink's would). A change too large for
  * the buffers goes across on its own. Flink calls a writer from its task thread only; the
  * native calls are synchronized all the same, so the storage can free a writer its task
- * never closed.
+ * never closed. A call that waits for upload capacity holds the writer's monitor; it ends
+ * when its thread is interrupted (a cancelled task) or when the storage closes, which the
+ * storage does before it frees its writers.
  */
 final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHandleStreamImpl> {
     private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogWriter.class);
@@ -61,7 +63,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
 
     DstlChangelogWriter(
             DstlChangelogStorage storage,
-            long nativeStorage,
+            NativeStorage nativeStorage,
             String name,
             KeyGroupRange range,
             MailboxExecutor mailbox,
@@ -79,8 +81,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         this.lengths = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
         this.data = ByteBuffer.allocateDirect(DATA_CAPACITY);
         this.handle =
-                Native.createWriter(
-                        nativeStorage,
+                nativeStorage.createWriter(
                         name.getBytes(StandardCharsets.UTF_8),
                         range.getStartKeyGroup(),
                         range.getEndKeyGroup(),

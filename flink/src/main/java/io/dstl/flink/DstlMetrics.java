@@ -26,16 +26,16 @@ final class DstlMetrics {
     private static final int HISTOGRAMS = 6;
     private static final int HISTOGRAM_FIELDS = 6;
 
-    private final long storage;
+    private final NativeStorage storage;
     private long[] values = new long[HISTOGRAMS + 5 * HISTOGRAM_FIELDS];
     private long readAt;
     private boolean closed;
 
-    private DstlMetrics(long storage) {
+    private DstlMetrics(NativeStorage storage) {
         this.storage = storage;
     }
 
-    static DstlMetrics register(MetricGroup group, long storage) {
+    static DstlMetrics register(MetricGroup group, NativeStorage storage) {
         DstlMetrics m = new DstlMetrics(storage);
         if (group == null) {
             return m;
@@ -60,7 +60,7 @@ final class DstlMetrics {
     private synchronized long read(int index) {
         long now = System.nanoTime();
         if (!closed && (now - readAt > 100_000_000L || readAt == 0)) {
-            long[] fresh = Native.metrics(storage);
+            long[] fresh = storage.metrics();
             if (fresh != null) {
                 values = fresh;
             }

@@ -81,6 +81,15 @@ final class Native {
         }
     }
 
+    /**
+     * Whether the calling thread was interrupted, without clearing the flag: the native side
+     * asks this while a writer call waits for upload capacity, so a cancelled task (Flink
+     * interrupts its thread) is not held in dstl.
+     */
+    static boolean interrupted() {
+        return Thread.currentThread().isInterrupted();
+    }
+
     static native long openStorage(byte[] settings) throws IOException;
 
     static native void closeStorage(long storage);
@@ -125,4 +134,24 @@ final class Native {
     static native void closeWriter(long writer) throws IOException;
 
     static native byte[] failure(long writer);
+
+    // The dstl-s3:// file system (DstlS3FileSystem): one client per bucket; paths are
+    // s3://bucket/key in UTF-8.
+
+    static native long openObjectStore(byte[] settings, byte[] bucket) throws IOException;
+
+    static native void closeObjectStore(long store);
+
+    /** {size, modified ms}, or null if there is no such object. */
+    static native long[] objectStat(long store, byte[] path) throws IOException;
+
+    static native byte[] objectRead(long store, byte[] path, long offset, int length) throws IOException;
+
+    /** Every object under path/: int length, UTF-8 path, long size, long modified ms, each. */
+    static native byte[] objectList(long store, byte[] path) throws IOException;
+
+    static native void objectDelete(long store, byte[] path) throws IOException;
+
+    static native void objectPut(long store, byte[] path, byte[] data, int length, boolean overwrite)
+            throws IOException;
 }

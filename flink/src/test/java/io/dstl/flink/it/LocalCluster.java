@@ -150,6 +150,16 @@ final class LocalCluster implements AutoCloseable {
         }
     }
 
+    /** Slots of the cluster no job holds. */
+    int freeSlots() throws Exception {
+        return cluster.getResourceOverview().get(30, TimeUnit.SECONDS).getNumberFreeSlots();
+    }
+
+    /** Asks the cluster to cancel the job, without waiting for it. */
+    void requestCancel(JobID job) throws Exception {
+        cluster.cancelJob(job).get(30, TimeUnit.SECONDS);
+    }
+
     JobStatus status(JobID job) throws Exception {
         return cluster.getJobStatus(job).get(30, TimeUnit.SECONDS);
     }
