@@ -269,7 +269,7 @@ impl Lease {
         // Leases of earlier holders of the job that no longer protect anything (a killed
         // process's, expired or with its holder gone) go now: nothing else removes them
         // while the job runs (gc runs between jobs, if at all).
-        let collected = dir.collect_expired(&name);
+        let collected = dir.collect_expired(&name, REFRESH);
         if collected > 0 {
             tracing::info!(
                 job,
@@ -356,6 +356,18 @@ impl Lease {
                 }
             }
         }
+        // Leases of holders that died since this one opened (a killed TaskManager's) go
+        // too, while the store answers: nothing else removes them once the job ends.
+        let own = self.path.rsplit('/').next().unwrap_or_default().to_string();
+        let collected = self
+            .dir
+            .collect_expired(&own, limit.saturating_sub(started.elapsed()) / 2);
+        if collected > 0 {
+            tracing::info!(
+                collected,
+                "removed expired leases of other holders of the job"
+            );
+        }
         let left = limit
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(100));
@@ -403,7 +415,9 @@ impl LeaseDir {
     /// Deletes the leases in this directory, other than `own`, that no longer protect
     /// their job (`LeaseRecord::protects`); returns how many. Best effort: a lease that
     /// cannot be listed, read or deleted stays for gc.
-    fn collect_expired(&self, own: &str) -> usize {
+    fn collect_expired(&self, own: &str, limit: Duration) -> usize {
+        let started = Instant::now();
+        let left = || limit.saturating_sub(started.elapsed());
         let listed = match self {
             LeaseDir::Local(dir) => std::fs::read_dir(dir).map(|entries| {
                 entries
@@ -415,7 +429,7 @@ impl LeaseDir {
                     .collect::<Vec<_>>()
             }),
             LeaseDir::S3(store) => store
-                .list()
+                .list_within(limit)
                 .map(|files| files.into_iter().map(|f| (f.path, f.modified)).collect()),
         };
         let Ok(listed) = listed else {
@@ -428,9 +442,12 @@ impl LeaseDir {
             if name == own || !is_lease_name(name) {
                 continue;
             }
+            if left().is_zero() {
+                break;
+            }
             let bytes = match self {
                 LeaseDir::Local(_) => std::fs::read(&path),
-                LeaseDir::S3(store) => store.read(&path),
+                LeaseDir::S3(store) => store.read_within(&path, left()),
             };
             let Ok(bytes) = bytes else {
                 continue;
@@ -442,7 +459,9 @@ impl LeaseDir {
             }
             let removed = match self {
                 LeaseDir::Local(_) => super::delete_file(&path),
-                LeaseDir::S3(store) => store.delete(&path),
+                LeaseDir::S3(store) => {
+                    store.delete_within(&path, left().max(Duration::from_millis(100)))
+                }
             };
             if removed.is_ok() {
                 collected += 1;

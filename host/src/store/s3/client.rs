@@ -29,11 +29,14 @@ pub struct S3Store {
     runtime: ClientRuntime,
 }
 
-/// Where the client's requests run: a runtime of the store's own (`dstl-s3`), or the
-/// caller's (a storage opened on the caller's runtime).
+/// Where the client's requests run: a runtime of the store's own (`dstl-s3`), the
+/// caller's (a storage opened on the caller's runtime), or a runtime without threads that
+/// each request drives on the calling thread (a file system over a bucket, which lives as
+/// long as its process and must keep no threads of its own).
 enum ClientRuntime {
     Own(Option<tokio::runtime::Runtime>),
     Caller(tokio::runtime::Handle),
+    OnCaller(tokio::runtime::Runtime),
 }
 
 impl S3Store {
@@ -58,8 +61,13 @@ impl S3Store {
     /// The whole bucket as a store, for a file system over it (the Flink plugin's
     /// `dstl-s3://` file system): paths are `s3://bucket/<key>` for any key. Checks the
     /// credentials and probes the bucket as [`S3Store::open`] does.
+    /// Its requests run on the calling thread: the store starts no thread.
     pub fn open_bucket(settings: &S3Settings, bucket: &str) -> Result<Self, S3Error> {
-        Self::open_at(settings, bucket, "", None)
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(S3Error::Runtime)?;
+        Self::open_with(settings, bucket, "", ClientRuntime::OnCaller(runtime))
     }
 
     /// The object at `path` (`s3://bucket/<key>` of this store), or `None` if there is
@@ -86,9 +94,24 @@ impl S3Store {
             Some(_) => self.key(path)?,
             None => return Err(self.key(path).unwrap_err()),
         };
+        self.block(self.list_prefix(prefix, format!("cannot list {path}")))
+    }
+
+    /// This store's files.
+    async fn list_files(&self) -> std::io::Result<Vec<StoredFile>> {
+        let prefix = Key::from(self.prefix.as_str());
+        self.list_prefix(prefix, format!("cannot list {}", self.describe()))
+            .await
+    }
+
+    /// The objects under `prefix`, sorted by path; `what` names a failure.
+    async fn list_prefix(&self, prefix: Key, what: String) -> std::io::Result<Vec<StoredFile>> {
         let metas: Vec<_> = self
-            .block(self.client.list(Some(&prefix)).try_collect::<Vec<_>>())
-            .map_err(|e| io_error(format!("cannot list {path}"), e))?;
+            .client
+            .list(Some(&prefix))
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(|e| io_error(what, e))?;
         let mut files: Vec<StoredFile> = metas
             .into_iter()
             .map(|m| StoredFile {
@@ -129,6 +152,26 @@ impl S3Store {
         key_prefix: &str,
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<Self, S3Error> {
+        let runtime = match runtime {
+            Some(handle) => ClientRuntime::Caller(handle),
+            None => ClientRuntime::Own(Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("dstl-s3")
+                    .enable_all()
+                    .build()
+                    .map_err(S3Error::Runtime)?,
+            )),
+        };
+        Self::open_with(settings, bucket, key_prefix, runtime)
+    }
+
+    fn open_with(
+        settings: &S3Settings,
+        bucket: &str,
+        key_prefix: &str,
+        runtime: ClientRuntime,
+    ) -> Result<Self, S3Error> {
         let settings = settings.resolved();
         settings.check_credentials(bucket)?;
         let mut builder = AmazonS3Builder::new()
@@ -163,17 +206,6 @@ impl S3Store {
             bucket: bucket.to_string(),
             source: Box::new(source),
         })?;
-        let runtime = match runtime {
-            Some(handle) => ClientRuntime::Caller(handle),
-            None => ClientRuntime::Own(Some(
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .thread_name("dstl-s3")
-                    .enable_all()
-                    .build()
-                    .map_err(S3Error::Runtime)?,
-            )),
-        };
         let store = Self {
             client: Arc::new(client),
             bucket: bucket.to_string(),
@@ -233,6 +265,17 @@ impl S3Store {
                 .expect("runtime lives as long as the store")
                 .handle(),
             ClientRuntime::Caller(handle) => handle,
+            // Only the runtime's own `block_on` drives its I/O on the calling thread.
+            ClientRuntime::OnCaller(runtime) => {
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    return std::thread::scope(|s| {
+                        s.spawn(|| runtime.block_on(future))
+                            .join()
+                            .expect("S3 request panicked")
+                    });
+                }
+                return runtime.block_on(future);
+            }
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             std::thread::scope(|s| {
@@ -243,6 +286,21 @@ impl S3Store {
         } else {
             handle.block_on(future)
         }
+    }
+
+    /// Runs a request with a time limit: `what` and the limit name the failure when none
+    /// came back in time.
+    fn block_within<F: Future + Send>(
+        &self,
+        limit: Duration,
+        what: impl FnOnce() -> String,
+        future: F,
+    ) -> std::io::Result<F::Output>
+    where
+        F::Output: Send,
+    {
+        self.block(async { tokio::time::timeout(limit, future).await })
+            .map_err(|_| timed_out(what(), limit))
     }
 
     /// Replaces the content of `path`, a file of this store, with `bytes` (or creates
@@ -256,23 +314,40 @@ impl S3Store {
     ) -> std::io::Result<()> {
         let key = self.key(path)?;
         let payload = PutPayload::from(bytes.to_vec());
-        self.block(async { tokio::time::timeout(limit, self.client.put(&key, payload)).await })
-            .map_err(|_| timed_out(format!("cannot write {path}"), limit))?
+        let what = || format!("cannot write {path}");
+        self.block_within(limit, what, self.client.put(&key, payload))?
             .map(|_| ())
-            .map_err(|e| io_error(format!("cannot write {path}"), e))
+            .map_err(|e| io_error(what(), e))
     }
 
     /// Deletes `path`, a file of this store, giving up after `limit` (a missing file is
     /// no error).
     pub(crate) fn delete_within(&self, path: &str, limit: Duration) -> std::io::Result<()> {
         let key = self.key(path)?;
-        match self
-            .block(async { tokio::time::timeout(limit, self.client.delete(&key)).await })
-            .map_err(|_| timed_out(format!("cannot delete {path}"), limit))?
-        {
+        let what = || format!("cannot delete {path}");
+        match self.block_within(limit, what, self.client.delete(&key))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(io_error(format!("cannot delete {path}"), e)),
+            Err(e) => Err(io_error(what(), e)),
         }
+    }
+
+    /// Reads `path`, a file of this store, giving up after `limit`.
+    pub(crate) fn read_within(&self, path: &str, limit: Duration) -> std::io::Result<Vec<u8>> {
+        let key = self.key(path)?;
+        let what = || format!("cannot read {path}");
+        let read = async {
+            let result = self.client.get(&key).await?;
+            result.bytes().await
+        };
+        self.block_within(limit, what, read)?
+            .map(|b| b.to_vec())
+            .map_err(|e| io_error(what(), e))
+    }
+
+    /// Lists this store's files ([`Store::list`]), giving up after `limit`.
+    pub(crate) fn list_within(&self, limit: Duration) -> std::io::Result<Vec<StoredFile>> {
+        let what = || format!("cannot list {}", self.describe());
+        self.block_within(limit, what, self.list_files())?
     }
 
     fn url(&self, key: &Key) -> String {
@@ -379,21 +454,7 @@ impl Store for S3Store {
     }
 
     fn list(&self) -> std::io::Result<Vec<StoredFile>> {
-        let prefix = Key::from(self.prefix.as_str());
-        let metas: Vec<_> = self
-            .block(self.client.list(Some(&prefix)).try_collect::<Vec<_>>())
-            .map_err(|e| io_error(format!("cannot list {}", self.describe()), e))?;
-        let mut files: Vec<StoredFile> = metas
-            .into_iter()
-            .map(|m| StoredFile {
-                path: self.url(&m.location),
-                size: m.size,
-                modified: SystemTime::UNIX_EPOCH
-                    + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64),
-            })
-            .collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(files)
+        self.block(self.list_files())
     }
 
     fn describe(&self) -> String {

@@ -59,6 +59,14 @@ impl S3Store {
     pub(crate) fn delete_within(&self, _: &str, _: std::time::Duration) -> std::io::Result<()> {
         match self.never {}
     }
+
+    pub(crate) fn read_within(&self, _: &str, _: std::time::Duration) -> std::io::Result<Vec<u8>> {
+        match self.never {}
+    }
+
+    pub(crate) fn list_within(&self, _: std::time::Duration) -> std::io::Result<Vec<StoredFile>> {
+        match self.never {}
+    }
 }
 
 impl Store for S3Store {

@@ -124,7 +124,8 @@ public final class CloseScenarios {
     static Map<String, String> local(Path dir) {
         Map<String, String> settings = new HashMap<>();
         settings.put("state.changelog.dstl.dfs.base-path", dir.toAbsolutePath().toString());
-        settings.put("state.changelog.dstl.writer.max-writers", "64");
+        // Room for every writer the creators race in before a close (4 × 200).
+        settings.put("state.changelog.dstl.writer.max-writers", "1024");
         return settings;
     }
 
@@ -295,7 +296,7 @@ public final class CloseScenarios {
             for (int t = 0; t < 4; t++) {
                 int id = t;
                 Thread creator = new Thread(() -> {
-                    for (int i = 0; i < 1000; i++) {
+                    for (int i = 0; i < 200; i++) {
                         try {
                             writer(storage, "w-" + id + "-" + i);
                             ok.incrementAndGet();

@@ -19,7 +19,9 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * Reads a retained checkpoint's {@code _metadata} and summarizes the changelog handles in it:
@@ -36,11 +38,12 @@ final class CheckpointInspector {
     int materializedHandles;
     long changelogBytes;
 
+    /** Every file a changelog handle names, as its path spells it. */
+    final Set<String> changelogFiles = new TreeSet<>();
+
     static CheckpointInspector read(String externalPath) throws IOException {
-        Path dir = externalPath.startsWith("file:") ? Paths.get(URI.create(externalPath)) : Paths.get(externalPath);
-        Path metadata = Files.isDirectory(dir) ? dir.resolve("_metadata") : dir;
         CheckpointInspector s = new CheckpointInspector();
-        try (InputStream in = Files.newInputStream(metadata)) {
+        try (InputStream in = open(externalPath)) {
             CheckpointMetadata m = Checkpoints.loadCheckpointMetadata(
                     new DataInputStream(in), CheckpointInspector.class.getClassLoader(), externalPath);
             for (OperatorState op : m.getOperatorStates()) {
@@ -52,6 +55,20 @@ final class CheckpointInspector {
             }
         }
         return s;
+    }
+
+    /** The checkpoint's metadata: a local directory or file, or any Flink file system's path. */
+    private static InputStream open(String externalPath) throws IOException {
+        if (externalPath.startsWith("file:") || externalPath.startsWith("/")) {
+            Path dir = externalPath.startsWith("file:") ? Paths.get(URI.create(externalPath)) : Paths.get(externalPath);
+            return Files.newInputStream(Files.isDirectory(dir) ? dir.resolve("_metadata") : dir);
+        }
+        org.apache.flink.core.fs.Path path = new org.apache.flink.core.fs.Path(externalPath);
+        org.apache.flink.core.fs.FileSystem fs = path.getFileSystem();
+        if (fs.getFileStatus(path).isDir()) {
+            path = new org.apache.flink.core.fs.Path(path, "_metadata");
+        }
+        return fs.open(path);
     }
 
     private void add(KeyedStateHandle h) {
@@ -69,6 +86,10 @@ final class CheckpointInspector {
             if (ch instanceof ChangelogStateHandleStreamImpl) {
                 for (Tuple2<StreamStateHandle, Long> t : ((ChangelogStateHandleStreamImpl) ch).getHandlesAndOffsets()) {
                     changelogHandles.merge(key + " / " + t.f0.getClass().getSimpleName(), 1, Integer::sum);
+                    if (t.f0 instanceof org.apache.flink.runtime.state.filesystem.FileStateHandle) {
+                        changelogFiles.add(((org.apache.flink.runtime.state.filesystem.FileStateHandle) t.f0)
+                                .getFilePath().toString());
+                    }
                 }
             } else {
                 changelogHandles.merge(key.toString(), 1, Integer::sum);

@@ -41,6 +41,9 @@ final class LocalCluster implements AutoCloseable {
 
     static LocalCluster start(Map<String, String> clusterConfig, int slots) throws Exception {
         Configuration conf = Configuration.fromMap(clusterConfig);
+        // What a cluster's entry point does (a MiniCluster does not): the file systems get
+        // the cluster's configuration, dstl-s3:// its state.changelog.dstl.s3.* keys.
+        org.apache.flink.core.fs.FileSystem.initialize(conf, null);
         conf.setString("rest.bind-port", "0");
         MiniCluster cluster = new MiniCluster(new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)

@@ -121,12 +121,12 @@ class ProcessClusterTest {
         System.out.printf("[dstl-it] %-60s %6.1f s%n", label, (System.nanoTime() - start) / 1e9);
     }
 
-    private static boolean terminal(String state) {
+    static boolean terminal(String state) {
         return state.equals("FINISHED") || state.equals("FAILED") || state.equals("CANCELED");
     }
 
     /** Waits for {@code n} completed checkpoints while the job keeps running. */
-    private static void awaitCompletedCheckpoints(StandaloneCluster cluster, String job, int n, Duration timeout)
+    static void awaitCompletedCheckpoints(StandaloneCluster cluster, String job, int n, Duration timeout)
             throws Exception {
         long deadline = System.nanoTime() + timeout.toNanos();
         while (true) {
@@ -146,7 +146,7 @@ class ProcessClusterTest {
     }
 
     /** A TaskManager id that runs a subtask of the vertex whose name contains {@code vertexName}. */
-    private static String taskManagerRunning(StandaloneCluster cluster, String job, String vertexName)
+    static String taskManagerRunning(StandaloneCluster cluster, String job, String vertexName)
             throws Exception {
         for (JsonNode v : cluster.get("/jobs/" + job).path("vertices")) {
             if (!v.path("name").asText().contains(vertexName)) {
@@ -164,12 +164,12 @@ class ProcessClusterTest {
         throw new AssertionError("job " + job + " has no vertex named like " + vertexName);
     }
 
-    private static String survivor(StandaloneCluster cluster, String victim) {
+    static String survivor(StandaloneCluster cluster, String victim) {
         return cluster.taskManagerIds().stream().filter(id -> !id.equals(victim)).findFirst().orElseThrow();
     }
 
     /** The job's failover history from {@code /jobs/<id>/exceptions}, one line per root exception. */
-    private static String rootExceptions(StandaloneCluster cluster, String job) throws Exception {
+    static String rootExceptions(StandaloneCluster cluster, String job) throws Exception {
         StringBuilder sb = new StringBuilder();
         for (JsonNode e : cluster.get("/jobs/" + job + "/exceptions").path("exceptionHistory").path("entries")) {
             String trace = e.path("stacktrace").asText();
@@ -184,7 +184,7 @@ class ProcessClusterTest {
      * Root exceptions that are not explained by the loss of TaskManager {@code victim}: the
      * JobManager noticing it, or the survivors' connections to it breaking.
      */
-    private static List<String> failoversNotCausedBy(StandaloneCluster cluster, String job, String victim)
+    static List<String> failoversNotCausedBy(StandaloneCluster cluster, String job, String victim)
             throws Exception {
         List<String> out = new ArrayList<>();
         for (JsonNode e : cluster.get("/jobs/" + job + "/exceptions").path("exceptionHistory").path("entries")) {

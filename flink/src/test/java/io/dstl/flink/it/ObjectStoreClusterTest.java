@@ -1,0 +1,159 @@
+package io.dstl.flink.it;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * (t) A real deployment on an object store with nothing but the dstl plugin: a standalone
+ * JobManager and two TaskManagers in JVMs of their own, {@code plugins/dstl/} the only plugin,
+ * the changelog and the checkpoints on SeaweedFS through the plugin's {@code dstl-s3://} file
+ * system, every request through a proxy that can fail them. While the job runs, the store
+ * throttles every changelog write for a few seconds (503 Slow Down): with retries that outlast
+ * it, checkpoints slow down, nothing is lost and the job does not restart. Then a TaskManager is killed with SIGKILL; the job restores on the survivor from the
+ * bucket (Flink's reader, the JobManager's metadata) and finishes with exact state. Subsumed
+ * changelog objects are deleted by the JobManager as the job runs (the count stays bounded),
+ * and once it finished none is left, nor any lease.
+ */
+@Timeout(360)
+class ObjectStoreClusterTest {
+
+    @TempDir
+    Path dir;
+
+    @Test
+    void aJobOnTheObjectStoreSurvivesThrottlingAndAKilledTaskManager() throws Exception {
+        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
+        String label = "(t) object store, process cluster";
+        ChangelogTestJob.Params p = Scenarios.params(dir);
+        p.recordsPerKey = 1200;
+        p.eventsPerSecond = 600;
+        Path jar = ProcessClusterTest.buildJobJar(dir.resolve("dstl-test-job.jar"));
+        try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "cluster");
+                S3Proxy proxy = S3Proxy.start(weed.endpoint())) {
+            Map<String, String> config = ObjectStoreTest.objectStoreConfig(weed, "cluster");
+            config.put("state.changelog.dstl.s3.endpoint", proxy.endpoint());
+            config.put("taskmanager.numberOfTaskSlots", "2");
+            // What a production job on an object store sets: uploads retried for longer than
+            // the store throttles (6 attempts of up to 2 s, 1 s apart), and a checkpoint that
+            // times out meanwhile declined rather than a reason to restart the job.
+            config.put("state.changelog.dstl.dfs.upload.max-attempts", "6");
+            config.put("state.changelog.dstl.dfs.upload.timeout", "2s");
+            config.put("state.changelog.dstl.dfs.upload.next-attempt-delay", "1s");
+            config.put("execution.checkpointing.tolerable-failed-checkpoints", "10");
+            Objects objects = new Objects(Map.of(
+                    "state.changelog.dstl.s3.endpoint", weed.endpoint(),
+                    "state.changelog.dstl.s3.region", "us-east-1",
+                    "state.changelog.dstl.s3.access-key-id", Seaweed.ACCESS_KEY,
+                    "state.changelog.dstl.s3.secret-access-key", Seaweed.SECRET_KEY), weed.bucket);
+
+            long start = System.nanoTime();
+            StandaloneCluster cluster = StandaloneCluster.create(dir.resolve("cluster"), TestSettings.flinkLib(),
+                    TestSettings.pluginJar(), config);
+            try {
+                cluster.startTaskManager("tm-1");
+                cluster.startTaskManager("tm-2");
+                cluster.awaitTaskManagers(2, 4, Duration.ofSeconds(90));
+                String job = cluster.submit(jar, ChangelogTestJob.class.getName(), p.toArgs(), 2);
+                String checkpointsPath = "/jobs/" + job + "/checkpoints";
+                ProcessClusterTest.awaitCompletedCheckpoints(cluster, job, 4, Duration.ofSeconds(120));
+                int most = objects.changelog("changelog").size();
+                if (most == 0) {
+                    throw new AssertionError(label + ": checkpoints completed, but no changelog object is in the bucket");
+                }
+
+                // The store throttles every changelog write for a while.
+                int before = cluster.get(checkpointsPath).path("counts").path("completed").asInt();
+                proxy.failWhile(r -> r.method.equals("PUT") && r.target.startsWith("/cluster/changelog/"));
+                long throttled = System.nanoTime();
+                while (System.nanoTime() - throttled < Duration.ofSeconds(4).toNanos()) {
+                    most = Math.max(most, objects.changelog("changelog").size());
+                    Thread.sleep(200);
+                }
+                proxy.heal();
+                long failedPuts = proxy.failed();
+                ProcessClusterTest.awaitCompletedCheckpoints(cluster, job, before + 3, Duration.ofSeconds(120));
+                JsonNode afterThrottling = cluster.get(checkpointsPath).path("counts");
+                Scenarios.note(label, failedPuts + " changelog PUTs failed with 503 over 4 s; checkpoints went on"
+                        + " after (" + afterThrottling.path("failed").asInt() + " failed so far)");
+
+                String victim = ProcessClusterTest.taskManagerRunning(cluster, job, "state-updater");
+                long killedAt = System.nanoTime();
+                cluster.killTaskManager(victim);
+                while (true) {
+                    JsonNode j = cluster.get("/jobs/" + job);
+                    if (ProcessClusterTest.terminal(j.path("state").asText())) {
+                        break;
+                    }
+                    most = Math.max(most, objects.changelog("changelog").size());
+                    if (System.nanoTime() - killedAt > Duration.ofSeconds(240).toNanos()) {
+                        throw new AssertionError(label + ": the job did not end within 240 s of the kill\n"
+                                + ProcessClusterTest.rootExceptions(cluster, job) + cluster.logTails());
+                    }
+                    Thread.sleep(200);
+                }
+                JsonNode done = cluster.get("/jobs/" + job);
+                String exceptions = ProcessClusterTest.rootExceptions(cluster, job);
+                if (!"FINISHED".equals(done.path("state").asText())) {
+                    throw new AssertionError(label + ": job ended as " + done.path("state").asText() + "\n"
+                            + exceptions + cluster.logTails());
+                }
+                JsonNode counts = cluster.get(checkpointsPath).path("counts");
+                int completed = counts.path("completed").asInt();
+                if (counts.path("restored").asInt() < 1) {
+                    throw new AssertionError(label + ": the job finished without restoring a checkpoint\n" + exceptions);
+                }
+                List<String> unrelated = new ArrayList<>(ProcessClusterTest.failoversNotCausedBy(cluster, job, victim));
+                if (!unrelated.isEmpty()) {
+                    throw new AssertionError(label + ": failovers other than the loss of " + victim + ":\n"
+                            + String.join("\n", unrelated));
+                }
+                ExpectedResults.verify(p, Path.of(p.outputDir), label);
+                for (String process : List.of("jobmanager", "tm-1", "tm-2")) {
+                    if (cluster.logContains(process, "UnsupportedFileSystemSchemeException")) {
+                        throw new AssertionError(label + ": " + process + " could not find a file system:\n"
+                                + cluster.logTails());
+                    }
+                }
+                if (most >= completed) {
+                    throw new AssertionError(label + ": the changelog objects grew with the checkpoints (" + most
+                            + " at most, " + completed + " checkpoints): subsumed ones were not deleted");
+                }
+                // The JobManager discards the last checkpoints asynchronously once the job ended.
+                List<String> left = ObjectStoreTest.awaitNone(objects, "changelog", Duration.ofSeconds(30));
+                if (!left.isEmpty()) {
+                    throw new AssertionError(label + ": the job finished, but " + left.size()
+                            + " changelog objects are left: " + left.subList(0, Math.min(10, left.size())));
+                }
+                Scenarios.note(label, String.format("finished %.1f s after the kill; %d checkpoints completed, %d"
+                                + " restored; at most %d changelog objects at a time, none left; requests through"
+                                + " the proxy: %d PUT, %d GET, %d HEAD, %d POST (deletes)",
+                        (System.nanoTime() - killedAt) / 1e9, completed, counts.path("restored").asInt(), most,
+                        proxy.passed("PUT"), proxy.passed("GET"), proxy.passed("HEAD"), proxy.passed("POST")));
+            } finally {
+                cluster.close();
+                cluster.keepLogs("object-store-cluster");
+            }
+            // The storages closed with the cluster, the killed TaskManager's too (its lease is
+            // collected by the next storage of the job, or when the survivor's closes).
+            List<String> leases = new ArrayList<>();
+            for (String o : objects.under("changelog")) {
+                if (o.contains("/leases/")) {
+                    leases.add(o);
+                }
+            }
+            if (!leases.isEmpty()) {
+                throw new AssertionError(label + ": leases left after the cluster stopped: " + leases);
+            }
+            System.out.printf("[dstl-it] %-60s %6.1f s%n", label, (System.nanoTime() - start) / 1e9);
+        }
+    }
+}
