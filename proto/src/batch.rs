@@ -62,6 +62,30 @@ impl<I, T: Time> Batcher<I, T> {
     /// Input: queues `item` of `size` bytes at `now`; returns the batch if it must leave
     /// now. After [`Batcher::close`] the item is refused ([`Closed::Refused`]) and dropped.
     pub fn push(&mut self, item: I, size: u64, now: T) -> Result<Option<Vec<I>>, Closed> {
+        self.queue_item(item, size, now, true)
+    }
+
+    /// Input: as [`Batcher::push`], for an item nobody waits for (a pre-emptive upload):
+    /// it never leaves alone for its size, only with its batch at the size threshold or
+    /// after the delay. Writers fill up at the same pace, so their pre-emptive uploads come
+    /// close together; waiting the delay lets them share a file (one object-store request
+    /// instead of one each) and delays no checkpoint.
+    pub fn push_background(
+        &mut self,
+        item: I,
+        size: u64,
+        now: T,
+    ) -> Result<Option<Vec<I>>, Closed> {
+        self.queue_item(item, size, now, false)
+    }
+
+    fn queue_item(
+        &mut self,
+        item: I,
+        size: u64,
+        now: T,
+        alone_when_large: bool,
+    ) -> Result<Option<Vec<I>>, Closed> {
         if self.closed {
             return Err(Closed::Refused);
         }
@@ -69,7 +93,7 @@ impl<I, T: Time> Batcher<I, T> {
         self.bytes = self.bytes.saturating_add(size);
         if self.delay.is_zero()
             || self.bytes >= self.size_threshold
-            || size.saturating_mul(2) >= self.size_threshold
+            || (alone_when_large && size.saturating_mul(2) >= self.size_threshold)
         {
             return Ok(Some(self.take()));
         }
@@ -166,6 +190,24 @@ mod tests {
         // Worth a file of its own: it leaves at once, with what waited.
         assert_eq!(b.push(2, 5, t0), Ok(Some(vec![1, 2])));
         assert_eq!(b.push(3, 4, t0), Ok(None));
+    }
+
+    #[test]
+    fn a_large_background_item_waits_for_company() {
+        let t0 = Millis(0);
+        let mut b = Batcher::new(Duration::from_millis(10), 100);
+        // A persist's task of half the threshold leaves at once ...
+        assert_eq!(b.push('p', 50, t0), Ok(Some(vec!['p'])));
+        // ... a pre-emptive one of the same size waits, and the next joins it.
+        assert_eq!(b.push_background('a', 60, t0), Ok(None));
+        assert_eq!(b.push_background('b', 30, at(t0, 3)), Ok(None));
+        assert_eq!(b.handle_timeout(at(t0, 10)), Some(vec!['a', 'b']));
+        // The threshold still sends a batch at once.
+        assert_eq!(b.push_background('c', 60, at(t0, 11)), Ok(None));
+        assert_eq!(
+            b.push_background('d', 60, at(t0, 12)),
+            Ok(Some(vec!['c', 'd']))
+        );
     }
 
     #[test]

@@ -130,6 +130,7 @@ fn schedule(
             id: task.id,
             change_sets,
         },
+        !ctx.persisting,
     );
     if result.is_ok() && !ctx.persisting {
         ctx.count_preemptive_upload();

@@ -217,13 +217,16 @@ impl Scheduler {
     }
 
     /// Accepts a task of `writer`. Blocks while the in-flight limit is reached (Flink's
-    /// back-pressure); never uploads on the caller's thread.
+    /// back-pressure); never uploads on the caller's thread. A `background` task (a
+    /// pre-emptive upload, which no checkpoint waits for) waits for company in its batch
+    /// whatever its size ([`Batcher::push_background`]).
     pub fn submit(
         self: &Arc<Self>,
         sink: Weak<dyn OutcomeSink>,
         writer: WriterId,
         cancel: &AtomicBool,
         task: UploadTask,
+        background: bool,
     ) -> Result<(), UploadError> {
         let size = task
             .change_sets
@@ -252,7 +255,12 @@ impl Scheduler {
             task,
         };
         let had_deadline = queue.batcher.poll_timeout().is_some();
-        let Ok(batch) = queue.batcher.push(queued, size, Instant::now()) else {
+        let pushed = if background {
+            queue.batcher.push_background(queued, size, Instant::now())
+        } else {
+            queue.batcher.push(queued, size, Instant::now())
+        };
+        let Ok(batch) = pushed else {
             // Closed: the batcher dropped the task.
             drop(queue);
             self.throttle.release(size);

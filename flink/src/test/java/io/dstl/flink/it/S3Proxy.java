@@ -22,8 +22,11 @@ import java.util.function.Predicate;
  * fails the ones a rule picks with {@code 503 Slow Down} (what S3 answers when it throttles): a
  * store that fails requests for a while. Requests are passed on byte for byte (the client signs
  * the Host header it sent, which the server checks as received), one upstream connection each.
+ * Requests are counted by method, and apart for keys under a {@code changelog/} prefix.
+ *
+ * <p>{@link #main} runs one on its own for {@code bench/flink-job.sh --store s3}.
  */
-final class S3Proxy implements AutoCloseable {
+public final class S3Proxy implements AutoCloseable {
     /** A request as the rules see it. */
     static final class Request {
         final String method;
@@ -82,6 +85,38 @@ final class S3Proxy implements AutoCloseable {
     long passed(String method) {
         AtomicLong n = passed.get(method);
         return n == null ? 0 : n.get();
+    }
+
+    /** Requests passed on for keys under a {@code changelog/} prefix, by method. */
+    long passedChangelog(String method) {
+        AtomicLong n = passed.get(method + " changelog");
+        return n == null ? 0 : n.get();
+    }
+
+    /**
+     * {@code S3Proxy UPSTREAM PORT_FILE COUNTS_FILE}: proxies to {@code UPSTREAM}, writes its
+     * endpoint to {@code PORT_FILE} once listening, and its counts as one JSON object to
+     * {@code COUNTS_FILE} when the process is told to stop (SIGTERM).
+     */
+    public static void main(String[] args) throws Exception {
+        S3Proxy proxy = start(args[0]);
+        java.nio.file.Path counts = java.nio.file.Path.of(args[2]);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            StringBuilder json = new StringBuilder("{");
+            String sep = "";
+            for (Map.Entry<String, AtomicLong> e : new java.util.TreeMap<>(proxy.passed).entrySet()) {
+                json.append(sep).append('"').append(e.getKey()).append("\":").append(e.getValue().get());
+                sep = ",";
+            }
+            json.append('}');
+            try {
+                java.nio.file.Files.writeString(counts, json.toString());
+            } catch (IOException e) {
+                System.err.println("[s3-proxy] cannot write the counts: " + e);
+            }
+        }));
+        java.nio.file.Files.writeString(java.nio.file.Path.of(args[1]), proxy.endpoint());
+        Thread.currentThread().join();
     }
 
     long failed() {
@@ -147,6 +182,9 @@ final class S3Proxy implements AutoCloseable {
                     continue;
                 }
                 passed.computeIfAbsent(request.method, m -> new AtomicLong()).incrementAndGet();
+                if (request.target.contains("/changelog/")) {
+                    passed.computeIfAbsent(request.method + " changelog", m -> new AtomicLong()).incrementAndGet();
+                }
                 try (Socket upstream = new Socket(upstreamHost, upstreamPort)) {
                     OutputStream up = upstream.getOutputStream();
                     StringBuilder forward = new StringBuilder(lines[0]).append("\r\n");
