@@ -1,10 +1,10 @@
 package io.dstl.flink.it;
 
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -21,7 +21,9 @@ import java.util.Map;
  * it, checkpoints slow down, nothing is lost and the job does not restart. Then a TaskManager is killed with SIGKILL; the job restores on the survivor from the
  * bucket (Flink's reader, the JobManager's metadata) and finishes with exact state. Subsumed
  * changelog objects are deleted by the JobManager as the job runs (the count stays bounded),
- * and once it finished none is left, nor any lease.
+ * and once it finished none is left, nor any lease. Flink's own {@code filesystem} storage
+ * runs the same job through the same file system, as the control; the time from the kill
+ * until every task runs again (failure detection, scheduling, restore) is reported for both.
  */
 @Timeout(360)
 class ObjectStoreClusterTest {
@@ -29,10 +31,10 @@ class ObjectStoreClusterTest {
     @TempDir
     Path dir;
 
-    @Test
-    void aJobOnTheObjectStoreSurvivesThrottlingAndAKilledTaskManager() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
-        String label = "(t) object store, process cluster";
+    @ParameterizedTest(name = "storage={0}")
+    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    void aJobOnTheObjectStoreSurvivesThrottlingAndAKilledTaskManager(String storage) throws Exception {
+        String label = "(t) object store, process cluster, " + storage;
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.recordsPerKey = 1200;
         p.eventsPerSecond = 600;
@@ -40,6 +42,7 @@ class ObjectStoreClusterTest {
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "cluster");
                 S3Proxy proxy = S3Proxy.start(weed.endpoint())) {
             Map<String, String> config = ObjectStoreTest.objectStoreConfig(weed, "cluster");
+            config.put("state.changelog.storage", storage);
             config.put("state.changelog.dstl.s3.endpoint", proxy.endpoint());
             config.put("taskmanager.numberOfTaskSlots", "2");
             // What a production job on an object store sets: uploads retried for longer than
@@ -70,28 +73,45 @@ class ObjectStoreClusterTest {
                     throw new AssertionError(label + ": checkpoints completed, but no changelog object is in the bucket");
                 }
 
-                // The store throttles every changelog write for a while.
-                int before = cluster.get(checkpointsPath).path("counts").path("completed").asInt();
-                proxy.failWhile(r -> r.method.equals("PUT") && r.target.startsWith("/cluster/changelog/"));
-                long throttled = System.nanoTime();
-                while (System.nanoTime() - throttled < Duration.ofSeconds(4).toNanos()) {
-                    most = Math.max(most, objects.changelog("changelog").size());
-                    Thread.sleep(200);
+                // The store throttles every changelog write for a while. Not for Flink's own
+                // storage: its uploader ignores an IOException from the output stream's close,
+                // and an object store commits an object on close, so a checkpoint it
+                // acknowledges then names an object that was never written, and the job can
+                // never be restored from it (seen here: "FileNotFoundException: dstl: no object
+                // ..." on every restore until the restarts ran out).
+                if (storage.equals(TestSettings.DSTL)) {
+                    int before = cluster.get(checkpointsPath).path("counts").path("completed").asInt();
+                    proxy.failWhile(r -> r.method.equals("PUT") && r.target.startsWith("/cluster/changelog/"));
+                    long throttled = System.nanoTime();
+                    while (System.nanoTime() - throttled < Duration.ofSeconds(4).toNanos()) {
+                        most = Math.max(most, objects.changelog("changelog").size());
+                        Thread.sleep(200);
+                    }
+                    proxy.heal();
+                    long failedPuts = proxy.failed();
+                    ProcessClusterTest.awaitCompletedCheckpoints(cluster, job, before + 3, Duration.ofSeconds(120));
+                    JsonNode afterThrottling = cluster.get(checkpointsPath).path("counts");
+                    Scenarios.note(label, failedPuts + " changelog PUTs failed with 503 over 4 s; checkpoints went on"
+                            + " after (" + afterThrottling.path("failed").asInt() + " failed so far)");
                 }
-                proxy.heal();
-                long failedPuts = proxy.failed();
-                ProcessClusterTest.awaitCompletedCheckpoints(cluster, job, before + 3, Duration.ofSeconds(120));
-                JsonNode afterThrottling = cluster.get(checkpointsPath).path("counts");
-                Scenarios.note(label, failedPuts + " changelog PUTs failed with 503 over 4 s; checkpoints went on"
-                        + " after (" + afterThrottling.path("failed").asInt() + " failed so far)");
 
                 String victim = ProcessClusterTest.taskManagerRunning(cluster, job, "state-updater");
                 long killedAt = System.nanoTime();
                 cluster.killTaskManager(victim);
+                long runningAgain = 0;
+                boolean stopped = false;
                 while (true) {
                     JsonNode j = cluster.get("/jobs/" + job);
                     if (ProcessClusterTest.terminal(j.path("state").asText())) {
                         break;
+                    }
+                    boolean allRunning = j.path("vertices").size() > 0;
+                    for (JsonNode v : j.path("vertices")) {
+                        allRunning &= v.path("status").asText().equals("RUNNING");
+                    }
+                    stopped |= !allRunning;
+                    if (stopped && allRunning && runningAgain == 0) {
+                        runningAgain = System.nanoTime();
                     }
                     most = Math.max(most, objects.changelog("changelog").size());
                     if (System.nanoTime() - killedAt > Duration.ofSeconds(240).toNanos()) {
@@ -133,14 +153,17 @@ class ObjectStoreClusterTest {
                     throw new AssertionError(label + ": the job finished, but " + left.size()
                             + " changelog objects are left: " + left.subList(0, Math.min(10, left.size())));
                 }
-                Scenarios.note(label, String.format("finished %.1f s after the kill; %d checkpoints completed, %d"
+                Scenarios.note(label, String.format("every task running again %.1f s after the kill (detection,"
+                                + " scheduling, restore); finished %.1f s after it; %d checkpoints completed, %d"
                                 + " restored; at most %d changelog objects at a time, none left; requests through"
-                                + " the proxy: %d PUT, %d GET, %d HEAD, %d POST (deletes)",
+                                + " the proxy: %d PUT (%d changelog), %d GET, %d HEAD, %d POST (deletes)",
+                        runningAgain == 0 ? -1 : (runningAgain - killedAt) / 1e9,
                         (System.nanoTime() - killedAt) / 1e9, completed, counts.path("restored").asInt(), most,
-                        proxy.passed("PUT"), proxy.passed("GET"), proxy.passed("HEAD"), proxy.passed("POST")));
+                        proxy.passed("PUT"), proxy.passedChangelog("PUT"), proxy.passed("GET"), proxy.passed("HEAD"),
+                        proxy.passed("POST")));
             } finally {
                 cluster.close();
-                cluster.keepLogs("object-store-cluster");
+                cluster.keepLogs("object-store-cluster-" + storage);
             }
             // The storages closed with the cluster, the killed TaskManager's too (its lease is
             // collected by the next storage of the job, or when the survivor's closes).
