@@ -129,6 +129,14 @@ fn a_persist_completing_while_the_lease_is_lapsed_fails_and_one_after_a_refresh_
     assert_eq!(payloads(&storage, &snapshot.remote), vec![b"two".to_vec()]);
 }
 
+/// The pid of a process of this machine and namespace that has exited: it runs nothing now.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
 /// This machine's boot and pid namespace, as a lease's owner names them.
 fn this_machine() -> (String, String) {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
@@ -168,10 +176,7 @@ fn leased_job(config: &Config, pid: u32, boot: &str, namespace: &str) -> String 
 
 #[test]
 fn gc_collects_at_once_what_a_dead_holder_leased_and_judges_other_machines_by_age() {
-    // A process of this machine and namespace that has exited: its pid runs nothing now.
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead = child.id();
-    child.wait().unwrap();
+    let dead = dead_pid();
     let (boot, namespace) = this_machine();
 
     let tmp = tempfile::tempdir().unwrap();
@@ -216,9 +221,7 @@ fn gc_collects_at_once_what_a_dead_holder_leased_and_judges_other_machines_by_ag
 fn opening_a_storage_removes_the_leases_of_earlier_holders_that_protect_nothing() {
     // A TaskManager killed mid-job leaves its lease; nothing else removes it while the job
     // runs on. The next storage of the job does, unless the lease may still be live.
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead = child.id();
-    child.wait().unwrap();
+    let dead = dead_pid();
     let (boot, namespace) = this_machine();
     let tmp = tempfile::tempdir().unwrap();
     let config = test_config(tmp.path(), &[]);

@@ -202,6 +202,21 @@ fn writer_name(handle: jlong) -> String {
     format!("writer {name}")
 }
 
+/// A configuration from the `key\0value\0` pairs of a Java `byte[]` (the keys the Java
+/// side collected); an unknown key or a bad value fails naming it.
+pub(crate) fn configuration(env: Env, settings: jbyteArray) -> Result<Config, Thrown> {
+    let text = String::from_utf8(env.bytes(settings))
+        .map_err(|_| Thrown::argument("dstl: the configuration is not UTF-8"))?;
+    let mut parts = text.split('\0');
+    let mut config = Config::default();
+    while let (Some(key), Some(value)) = (parts.next(), parts.next()) {
+        config
+            .set(key, value)
+            .map_err(|e| Thrown::argument(format!("dstl: {}", dstl::describe(&e))))?;
+    }
+    Ok(config)
+}
+
 /// `long openStorage(byte[] settings)`: opens a storage from `key\0value\0` pairs (the
 /// configuration keys the Java side collected; an unknown key fails with its name).
 #[unsafe(no_mangle)]
@@ -215,16 +230,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_openStorage(
         || "openStorage".into(),
         0,
         |env| {
-            let bytes = env.bytes(settings);
-            let text = String::from_utf8(bytes)
-                .map_err(|_| Thrown::argument("dstl: the configuration is not UTF-8"))?;
-            let mut parts = text.split('\0');
-            let mut config = Config::default();
-            while let (Some(key), Some(value)) = (parts.next(), parts.next()) {
-                config
-                    .set(key, value)
-                    .map_err(|e| Thrown::argument(format!("dstl: {}", dstl::describe(&e))))?;
-            }
+            let config = configuration(env, settings)?;
             let storage = ChangelogStorage::open(config)?;
             let availability = storage.availability();
             let completions = Completions::start().map_err(|e| {

@@ -4,7 +4,7 @@
 //! handles and the JobManager deletes subsumed files with no S3 plugin of Flink's
 //! installed. One handle per bucket, owned by the Java file system that opened it.
 
-use dstl::{Config, S3Store, StoredFile};
+use dstl::{S3Store, StoredFile};
 use jni_sys::{JNIEnv, jboolean, jbyteArray, jclass, jint, jlong, jlongArray};
 
 use crate::jni::Env;
@@ -50,15 +50,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_openObjectStore(
         || "openObjectStore".into(),
         0,
         |env| {
-            let text = String::from_utf8(env.bytes(settings))
-                .map_err(|_| Thrown::argument("dstl: the settings are not UTF-8"))?;
-            let mut parts = text.split('\0');
-            let mut config = Config::default();
-            while let (Some(key), Some(value)) = (parts.next(), parts.next()) {
-                config
-                    .set(key, value)
-                    .map_err(|e| Thrown::argument(format!("dstl: {}", dstl::describe(&e))))?;
-            }
+            let config = crate::configuration(env, settings)?;
             let bucket = path(env, bucket)?;
             let store = S3Store::open_bucket(config.s3(), &bucket)
                 .map_err(|e| Thrown::io(format!("dstl: {}", dstl::describe(&e))))?;

@@ -2,7 +2,6 @@ package io.dstl.flink.it;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
-import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Gauge;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsCounts;
 import org.junit.jupiter.api.Timeout;
@@ -92,7 +91,7 @@ class BackPressureTest {
                 if (status.isGloballyTerminalState()) {
                     break;
                 }
-                long now = recordsIntoStateUpdater();
+                long now = RecordingMetricReporter.recordsIntoStateUpdater();
                 if (now != records || status != JobStatus.RUNNING) {
                     records = now;
                     progressAt = System.nanoTime();
@@ -113,9 +112,9 @@ class BackPressureTest {
             }
             cluster.awaitSuccess(job, Duration.ofSeconds(10));
             // The stall detector must watch the right counter: at the end it holds every event.
-            if (recordsIntoStateUpdater() != p.totalEvents()) {
+            if (RecordingMetricReporter.recordsIntoStateUpdater() != p.totalEvents()) {
                 throw new AssertionError(label + ": the stateful operator's numRecordsIn reads "
-                        + recordsIntoStateUpdater() + " at the end, not the " + p.totalEvents() + " events of the input");
+                        + RecordingMetricReporter.recordsIntoStateUpdater() + " at the end, not the " + p.totalEvents() + " events of the input");
             }
             CheckpointStatsCounts counts = cluster.checkpoints(job).getCounts();
             Scenarios.assertInjectedFailuresOnly(cluster, job, p, label);
@@ -133,20 +132,6 @@ class BackPressureTest {
         }
     }
 
-    /**
-     * numRecordsIn of the stateful operator, over its subtasks. Its operator scope is
-     * {@code ...<job>.state-updater.<subtask>}; the scope of its task, whose name starts the same
-     * way ({@code state-updater -> file-results: Writer}), does not match.
-     */
-    private static long recordsIntoStateUpdater() {
-        long total = 0;
-        for (RecordingMetricReporter.Added a : RecordingMetricReporter.added("numRecordsIn")) {
-            if (a.identifier.contains(".state-updater.") && a.metric instanceof Counter) {
-                total += ((Counter) a.metric).getCount();
-            }
-        }
-        return total;
-    }
 
     /** dstl's ChangelogStorage.inFlightBytes gauge (absent with Flink's storage). */
     private static long dstlInFlightBytes() {

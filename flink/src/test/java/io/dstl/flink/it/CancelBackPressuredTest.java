@@ -2,7 +2,6 @@ package io.dstl.flink.it;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
-import org.apache.flink.metrics.Counter;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -64,7 +63,7 @@ class CancelBackPressuredTest {
                     long still = System.nanoTime();
                     long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
                     while (System.nanoTime() - still < Duration.ofSeconds(2).toNanos()) {
-                        long now = recordsIntoStateUpdater();
+                        long now = RecordingMetricReporter.recordsIntoStateUpdater();
                         if (now != records) {
                             records = now;
                             still = System.nanoTime();
@@ -126,14 +125,4 @@ class CancelBackPressuredTest {
         }
     }
 
-    /** numRecordsIn of the stateful operator, over its subtasks. */
-    private static long recordsIntoStateUpdater() {
-        long total = 0;
-        for (RecordingMetricReporter.Added a : RecordingMetricReporter.added("numRecordsIn")) {
-            if (a.identifier.contains(".state-updater.") && a.metric instanceof Counter) {
-                total += ((Counter) a.metric).getCount();
-            }
-        }
-        return total;
-    }
 }

@@ -42,6 +42,22 @@ public final class RecordingMetricReporter implements MetricReporter {
     }
 
     /** Every registration under {@code name}, in order (one per group that registered it). */
+    /**
+     * numRecordsIn of the stateful operator ({@code state-updater} in the test job), over its
+     * subtasks. Its operator scope is {@code ...<job>.state-updater.<subtask>}; the scope of its
+     * task, whose name starts the same way ({@code state-updater -> file-results: Writer}), does
+     * not match.
+     */
+    static long recordsIntoStateUpdater() {
+        long total = 0;
+        for (Added a : added("numRecordsIn")) {
+            if (a.identifier.contains(".state-updater.") && a.metric instanceof org.apache.flink.metrics.Counter) {
+                total += ((org.apache.flink.metrics.Counter) a.metric).getCount();
+            }
+        }
+        return total;
+    }
+
     static List<Added> added(String name) {
         return ADDED.getOrDefault(name, List.of());
     }
