@@ -140,7 +140,7 @@ pub use store::{
 pub use upload::UploadError;
 pub use upload::retry::AttemptError;
 pub use upload::throttle::{Availability, interruptible};
-pub use writer::{PersistFuture, Writer, WriterOptions};
+pub use writer::{CloseSignal, PersistFuture, Writer, WriterOptions};
 
 /// Decoding of raw changelog bytes (the same codec the writer component uses).
 pub mod codec {

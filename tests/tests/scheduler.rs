@@ -820,43 +820,76 @@ fn a_frozen_store_fails_persists_within_the_retry_policy() {
 }
 
 /// `Writer::close` does not wait behind a call of the same writer that is blocked on the
-/// in-flight limit of a frozen store: it returns at once and fails that call.
+/// in-flight limit of a frozen store: it returns at once and fails that call. Nor does an
+/// embedding that serializes the writer's calls under a lock of its own (the Flink
+/// plugin's writer monitor, which Flink's canceler takes before it interrupts the task):
+/// it raises the writer's [`dstl::CloseSignal`] first, which ends the blocked call and
+/// frees the lock.
 #[test]
 fn closing_a_writer_ends_its_call_waiting_for_capacity() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-            "dstl.dfs.upload.max-in-flight=10b",
-            "dstl.dfs.upload.timeout=0",
-        ],
-    );
-    store.plan([Fault::Hang]);
-    let w = Arc::new(storage.create_writer("op", RANGE).unwrap());
-    w.append(0, &[1; 10]).unwrap();
-    let _first = w.persist(0, 1).unwrap();
-    let from = w.next_sequence_number().unwrap();
-    w.append(0, &[2; 10]).unwrap();
-    let blocked = w.clone();
-    let second = spawn(move || blocked.persist(from, 2).map(|_| ()));
-    assert!(
-        second.recv_timeout(Duration::from_millis(300)).is_err(),
-        "the second persist waits for capacity"
-    );
-    let started = Instant::now();
-    w.close().unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
-    let outcome = second
-        .recv_timeout(Duration::from_secs(1))
-        .expect("the waiting call ends with the close");
-    assert!(outcome.is_err(), "{outcome:?}");
-    store.open_gate();
+    for own_lock in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (storage, store) = open(
+            tmp.path(),
+            &[
+                "dstl.dfs.batch.persist-delay=0",
+                "dstl.dfs.batch.persist-size-threshold=0",
+                "dstl.dfs.upload.max-in-flight=10b",
+                "dstl.dfs.upload.timeout=0",
+            ],
+        );
+        store.plan([Fault::Hang]);
+        let w = storage.create_writer("op", RANGE).unwrap();
+        w.append(0, &[1; 10]).unwrap();
+        let _first = w.persist(0, 1).unwrap();
+        let from = w.next_sequence_number().unwrap();
+        w.append(0, &[2; 10]).unwrap();
+        let signal = w.close_signal();
+        let w = Arc::new(w);
+        // The embedding's lock, which the blocked call holds throughout.
+        let embedding = Arc::new(std::sync::Mutex::new(()));
+        let (blocked, lock) = (w.clone(), embedding.clone());
+        let second = spawn(move || {
+            let _held = lock.lock().unwrap();
+            blocked.persist(from, 2).map(|_| ())
+        });
+        assert!(
+            second.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the second persist waits for capacity"
+        );
+        let started = Instant::now();
+        if own_lock {
+            signal.raise();
+            // The blocked call gives the embedding's lock back (no waiting forever here).
+            let _held = loop {
+                if let Ok(held) = embedding.try_lock() {
+                    break held;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(1),
+                    "the blocked call still holds the embedding's lock"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            w.close().unwrap();
+        } else {
+            w.close().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "own lock {own_lock}: {:?}",
+            started.elapsed()
+        );
+        let outcome = second
+            .recv_timeout(Duration::from_secs(1))
+            .expect("the waiting call ends with the close");
+        let error = outcome.unwrap_err();
+        assert!(
+            error.to_string().contains("closed"),
+            "own lock {own_lock}: {error}"
+        );
+        store.open_gate();
+    }
 }
 
 /// Outcomes reach their persists while the writer is idle: no further call of the writer

@@ -664,6 +664,74 @@ pub extern "system" fn Java_io_dstl_flink_Native_closeWriter(
     closing_entry(env, handle, |w| Ok(w.writer.close()?))
 }
 
+/// `long closeSignal(long writer)`: a handle that announces the writer's close from
+/// another thread (`raiseClose`), owned by the Java writer until `freeCloseSignal`. Flink's
+/// canceler closes a task's backend, and so its writers, before it interrupts the task
+/// thread; a task thread blocked for upload capacity holds the writer's monitor, which
+/// the close must take: raising the signal first ends that wait.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_closeSignal(
+    env: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jlong {
+    entry(
+        env,
+        || writer_name(handle),
+        0,
+        |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(Box::into_raw(Box::new(w.writer.close_signal())) as jlong)
+        },
+    )
+}
+
+/// `void raiseClose(long signal)`: marks the writer closing; a call of it waiting for
+/// upload capacity gives up at once. Never blocks; harmless after the writer closed.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_raiseClose(
+    env: *mut JNIEnv,
+    _class: jclass,
+    signal: jlong,
+) {
+    entry(
+        env,
+        || "raiseClose".into(),
+        (),
+        |_| {
+            if signal != 0 {
+                // SAFETY: a live handle from `closeSignal`; the Java writer frees it only
+                // under the same lock it raises it under.
+                unsafe { &*(signal as *const dstl::CloseSignal) }.raise();
+            }
+            Ok(())
+        },
+    )
+}
+
+/// `void freeCloseSignal(long signal)`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_freeCloseSignal(
+    env: *mut JNIEnv,
+    _class: jclass,
+    signal: jlong,
+) {
+    entry(
+        env,
+        || "freeCloseSignal".into(),
+        (),
+        |_| {
+            if signal != 0 {
+                // SAFETY: from `closeSignal`, freed exactly once (the Java writer zeroes
+                // its field under the lock it frees it under).
+                drop(unsafe { Box::from_raw(signal as *mut dstl::CloseSignal) });
+            }
+            Ok(())
+        },
+    )
+}
+
 /// `String failure(long writer)` as UTF-8: why the writer's sandbox trapped, or null.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_failure(

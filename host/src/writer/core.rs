@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dstl_proto::handoff::HandOff;
@@ -109,6 +109,14 @@ impl WriterCore {
             services,
             metrics,
         }
+    }
+
+    /// Marks the writer closing and wakes its calls blocked on the in-flight limit: they
+    /// give up (their upload fails as `writer closed`), and so does every later wait.
+    /// Takes no lock of the writer's, so it reaches a call that holds one.
+    pub fn begin_closing(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.services.scheduler.throttle.wake();
     }
 
     /// Takes the writer's lock. Releasing it delivers the upload outcomes that arrived

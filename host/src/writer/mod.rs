@@ -7,7 +7,7 @@ mod core;
 mod mailbox;
 mod persist;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,24 @@ use crate::registry::WriterId;
 use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent, WriterLinks};
 use crate::services::Services;
 use crate::upload::OutcomeSink;
+
+/// Announces a [`Writer`]'s close ahead of the close itself; from
+/// [`Writer::close_signal`]. Holds no reference that keeps the writer alive.
+#[derive(Clone)]
+pub struct CloseSignal {
+    core: Weak<WriterCore>,
+}
+
+impl CloseSignal {
+    /// Marks the writer closing: its calls that wait for upload capacity give up at once
+    /// (their upload fails as `writer closed`), and so does every later wait, so only a
+    /// close should follow. Never blocks; does nothing once the writer is gone.
+    pub fn raise(&self) {
+        if let Some(core) = self.core.upgrade() {
+            core.begin_closing();
+        }
+    }
+}
 
 /// Per-writer sandbox settings for [`crate::ChangelogStorage::create_writer_with`]; the
 /// storage's settings where unset. Checked when the writer is created.
@@ -279,6 +297,16 @@ impl Writer {
         self.closing(|instance| instance.close())
     }
 
+    /// A handle that announces this writer's close from another thread
+    /// ([`CloseSignal::raise`]), for an embedding that serializes the writer's calls
+    /// under a lock of its own: a call blocked on the in-flight limit holds that lock,
+    /// so the thread that wants to close must wake it before it can take the lock.
+    pub fn close_signal(&self) -> CloseSignal {
+        CloseSignal {
+            core: Arc::downgrade(&self.core),
+        }
+    }
+
     /// Why the sandbox failed, if it trapped.
     pub fn failure(&self) -> Option<String> {
         let state = self.core.lock();
@@ -294,8 +322,7 @@ impl Writer {
         let core = &self.core;
         // A call of this writer blocked on the in-flight limit holds the lock: make it
         // give up (its guest sees the schedule fail) instead of waiting behind it.
-        core.closing.store(true, Ordering::SeqCst);
-        core.services.scheduler.throttle.wake();
+        core.begin_closing();
         let name = &core.name;
         self.call(|instance, book| {
             let completions = match f(instance)? {

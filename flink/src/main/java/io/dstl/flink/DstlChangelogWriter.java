@@ -27,8 +27,10 @@ import org.slf4j.LoggerFactory;
  * the buffers goes across on its own. Flink calls a writer from its task thread only; the
  * native calls are synchronized all the same, so the storage can free a writer its task
  * never closed. A call that waits for upload capacity holds the writer's monitor; it ends
- * when its thread is interrupted (a cancelled task) or when the storage closes, which the
- * storage does before it frees its writers.
+ * when its thread is interrupted (a cancelled task), when the writer is closed from another
+ * thread (which raises the writer's close signal before it takes the monitor: Flink's
+ * canceler closes a task's state backend before it interrupts the task thread), or when the
+ * storage closes, which the storage does before it frees its writers.
  */
 final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHandleStreamImpl> {
     private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogWriter.class);
@@ -60,6 +62,10 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     /** The native writer; 0 once closed (and freed). */
     private long handle;
     private boolean closed;
+    /** Guards {@link #closeSignal}, which a close raises without the writer's monitor. */
+    private final Object signalLock = new Object();
+    /** The native writer's close signal ({@code Native.closeSignal}); 0 once freed. */
+    private long closeSignal;
 
     DstlChangelogWriter(
             DstlChangelogStorage storage,
@@ -88,6 +94,13 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
                         keyGroups,
                         lengths,
                         data);
+        try {
+            this.closeSignal = Native.closeSignal(handle);
+        } catch (IOException | RuntimeException e) {
+            Native.closeWriter(handle);
+            handle = 0;
+            throw e;
+        }
     }
 
     @Override
@@ -235,6 +248,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
 
     @Override
     public void truncateAndClose(SequenceNumber from) {
+        raiseClose();
         synchronized (this) {
             long writer = closing("truncateAndClose");
             try {
@@ -247,6 +261,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
 
     @Override
     public void close() {
+        raiseClose();
         synchronized (this) {
             long writer = closing("close");
             try {
@@ -254,6 +269,26 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             } catch (IOException e) {
                 throw new IllegalStateException(e.getMessage(), e);
             }
+        }
+    }
+
+    /**
+     * Ends a wait for upload capacity of a call that holds this writer's monitor, so that a
+     * close from another thread does not wait behind it; takes no monitor of the writer's.
+     */
+    private void raiseClose() {
+        synchronized (signalLock) {
+            if (closeSignal != 0) {
+                Native.raiseClose(closeSignal);
+            }
+        }
+    }
+
+    /** Frees the close signal; under the writer's monitor, once its handle is given up. */
+    private void freeCloseSignal() {
+        synchronized (signalLock) {
+            Native.freeCloseSignal(closeSignal);
+            closeSignal = 0;
         }
     }
 
@@ -270,6 +305,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         bytes = 0;
         long writer = handle;
         handle = 0;
+        freeCloseSignal();
         storage.forget(this);
         return writer;
     }
@@ -282,6 +318,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         closed = true;
         long writer = handle;
         handle = 0;
+        freeCloseSignal();
         try {
             Native.closeWriter(writer);
         } catch (IOException | RuntimeException e) {

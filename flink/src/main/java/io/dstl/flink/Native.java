@@ -135,6 +135,14 @@ final class Native {
 
     static native byte[] failure(long writer);
 
+    /** A handle that announces the writer's close from another thread; see {@code raiseClose}. */
+    static native long closeSignal(long writer) throws IOException;
+
+    /** Ends the writer's waits for upload capacity (its close follows); never blocks. */
+    static native void raiseClose(long signal);
+
+    static native void freeCloseSignal(long signal);
+
     // The dstl-s3:// file system (DstlS3FileSystem): one client per bucket; paths are
     // s3://bucket/key in UTF-8.
 

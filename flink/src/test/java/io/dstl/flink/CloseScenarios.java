@@ -38,10 +38,12 @@ import org.apache.flink.util.function.ThrowingRunnable;
  *   <li>{@code poisoned DIR}: a writer whose native call panics inside the host (injected through
  *       {@link TestHooks}) fails with a typed error; the other writer carries on; closing the
  *       storage with both writers open returns.
- *   <li>{@code back-pressured ENDPOINT BUCKET ACCESS SECRET WEED_PID}: two task threads block for
- *       upload capacity against a store that never answers (SeaweedFS stopped with SIGSTOP); an
- *       interrupt frees one at once (as Flink's task cancellation interrupts), closing the
- *       storage frees the other, and the close returns within its grace.
+ *   <li>{@code back-pressured ENDPOINT BUCKET ACCESS SECRET WEED_PID}: three task threads block
+ *       for upload capacity against a store that never answers (SeaweedFS stopped with SIGSTOP);
+ *       an interrupt frees one at once (as Flink's task cancellation interrupts); closing a
+ *       writer from another thread frees the second, its close not waiting behind the blocked
+ *       call (Flink's canceler closes the task's backend before it interrupts); closing the
+ *       storage frees the third, and the close returns within its grace.
  *   <li>{@code mid-create DIR}: writers are created while the storage closes, many times over;
  *       each create either succeeds or fails naming the closed storage, never touching freed
  *       memory.
@@ -222,14 +224,17 @@ public final class CloseScenarios {
             }
         }
         StateChangelogWriter<ChangelogStateHandleStreamImpl> b = writer(storage, "op-b");
+        StateChangelogWriter<ChangelogStateHandleStreamImpl> c = writer(storage, "op-c");
         new ProcessBuilder("kill", "-STOP", Long.toString(weedPid)).inheritIO().start().waitFor();
         try {
             AtomicLong progress = new AtomicLong();
             List<Throwable> ended = new CopyOnWriteArrayList<>();
             Thread ta = appender(a, progress, ended);
             Thread tb = appender(b, progress, ended);
+            Thread tc = appender(c, progress, ended);
             ta.start();
             tb.start();
+            tc.start();
             // Both block once the in-flight limit is reached: no append for a second.
             long last = -1;
             long still = System.nanoTime();
@@ -242,7 +247,7 @@ public final class CloseScenarios {
                 check(ended.isEmpty(), "an appender ended before blocking: " + ended);
                 Thread.sleep(20);
             }
-            check(ta.isAlive() && tb.isAlive(), "both task threads are blocked");
+            check(ta.isAlive() && tb.isAlive() && tc.isAlive(), "the task threads are blocked");
             // Flink's task cancellation interrupts the task thread.
             long interrupted = System.nanoTime();
             ta.interrupt();
@@ -250,6 +255,18 @@ public final class CloseScenarios {
             check(!ta.isAlive(), "the interrupted task thread is still blocked in dstl after 5 s");
             System.out.printf("the interrupted task thread left dstl after %d ms: %s%n",
                     (System.nanoTime() - interrupted) / 1_000_000, ended);
+            // Flink's canceler closes the task's backend, and so its writer, from a thread of its
+            // own before it interrupts the task thread, which holds the writer in its wait.
+            long closingWriter = System.nanoTime();
+            Thread closer = new Thread(c::close, "canceler-" + c);
+            closer.setDaemon(true);
+            closer.start();
+            closer.join(5_000);
+            check(!closer.isAlive(), "closing a writer waits behind its blocked task thread (5 s)");
+            tc.join(5_000);
+            check(!tc.isAlive(), "the task thread of the closed writer is still blocked in dstl after 5 s");
+            System.out.printf("a writer closed from another thread in %d ms; its task thread left: %s%n",
+                    (System.nanoTime() - closingWriter) / 1_000_000, ended);
             check(tb.isAlive(), "the other task thread should still wait for capacity");
             // The TaskManager closes the storage with the other task still blocked.
             long closing = System.nanoTime();

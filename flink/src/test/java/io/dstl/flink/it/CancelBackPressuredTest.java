@@ -103,10 +103,26 @@ class CancelBackPressuredTest {
             }
             if (took.compareTo(CANCEL_LIMIT) > 0) {
                 throw new AssertionError(label + ": still " + status + " " + took.toSeconds() + " s after the cancel"
-                        + " (a task held in dstl?)\n" + cluster.describeFailures(job));
+                        + " (a task held in dstl?)\n" + cluster.describeFailures(job) + "\n" + taskThreads());
             }
             Thread.sleep(50);
         }
+    }
+
+    /** The stacks of the tasks' threads (this JVM runs the MiniCluster): where a cancel is held. */
+    static String taskThreads() {
+        StringBuilder out = new StringBuilder();
+        for (Map.Entry<Thread, StackTraceElement[]> t : Thread.getAllStackTraces().entrySet()) {
+            String name = t.getKey().getName();
+            if (!name.contains("(") || !name.contains("/")) {
+                continue;
+            }
+            out.append('"').append(name).append("\" ").append(t.getKey().getState()).append('\n');
+            for (StackTraceElement e : t.getValue()) {
+                out.append("    at ").append(e).append('\n');
+            }
+        }
+        return out.toString();
     }
 
     private static Duration awaitFreeSlots(LocalCluster cluster, int slots, long since, String label)

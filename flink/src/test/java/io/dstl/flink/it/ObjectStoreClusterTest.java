@@ -1,5 +1,6 @@
 package io.dstl.flink.it;
 
+import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
@@ -21,12 +22,18 @@ import java.util.Map;
  * it, checkpoints slow down, nothing is lost and the job does not restart. Then a TaskManager is killed with SIGKILL; the job restores on the survivor from the
  * bucket (Flink's reader, the JobManager's metadata) and finishes with exact state. Subsumed
  * changelog objects are deleted by the JobManager as the job runs (the count stays bounded),
- * and once it finished none is left, nor any lease. Flink's own {@code filesystem} storage
+ * and once it finished none is left but what the killed TaskManager uploaded and never handed
+ * to a checkpoint, nor any lease. Flink's own {@code filesystem} storage
  * runs the same job through the same file system, as the control; the time from the kill
  * until every task runs again (failure detection, scheduling, restore) is reported for both.
  */
 @Timeout(360)
 class ObjectStoreClusterTest {
+    /**
+     * How long after the SIGKILL an object of the killed TaskManager may still be committed: a
+     * PUT whose body was sent completes at the server (and the store's times are whole seconds).
+     */
+    private static final long ORPHAN_SLACK_MS = 2_000;
 
     @TempDir
     Path dir;
@@ -97,6 +104,7 @@ class ObjectStoreClusterTest {
 
                 String victim = ProcessClusterTest.taskManagerRunning(cluster, job, "state-updater");
                 long killedAt = System.nanoTime();
+                long killedAtMillis = System.currentTimeMillis();
                 cluster.killTaskManager(victim);
                 long runningAgain = 0;
                 boolean stopped = false;
@@ -148,14 +156,29 @@ class ObjectStoreClusterTest {
                             + " at most, " + completed + " checkpoints): subsumed ones were not deleted");
                 }
                 // The JobManager discards the last checkpoints asynchronously once the job ended.
-                List<String> left = ObjectStoreTest.awaitNone(objects, "changelog", Duration.ofSeconds(30));
-                if (!left.isEmpty()) {
-                    throw new AssertionError(label + ": the job finished, but " + left.size()
-                            + " changelog objects are left: " + left.subList(0, Math.min(10, left.size())));
+                // What may stay: an upload the killed TaskManager had finished but not yet
+                // handed to a checkpoint (an orphan, with either storage; README, "What is
+                // left"). Anything written after the kill would be a leak.
+                ObjectStoreTest.awaitNone(objects, "changelog", Duration.ofSeconds(30));
+                List<String> orphans = new ArrayList<>();
+                List<String> leaked = new ArrayList<>();
+                for (FileStatus o : objects.changelogStatus("changelog")) {
+                    boolean beforeKill = o.getModificationTime() <= killedAtMillis + ORPHAN_SLACK_MS;
+                    (beforeKill ? orphans : leaked).add(o.getPath() + " (modified "
+                            + (o.getModificationTime() - killedAtMillis) + " ms after the kill)");
+                }
+                if (!leaked.isEmpty()) {
+                    throw new AssertionError(label + ": the job finished, but " + leaked.size()
+                            + " changelog objects written after the kill are left: "
+                            + leaked.subList(0, Math.min(10, leaked.size())));
+                }
+                if (!orphans.isEmpty()) {
+                    Scenarios.note(label, orphans.size() + " orphan(s) of the killed TaskManager's last"
+                            + " uploads left, as README says: " + orphans);
                 }
                 Scenarios.note(label, String.format("every task running again %.1f s after the kill (detection,"
                                 + " scheduling, restore); finished %.1f s after it; %d checkpoints completed, %d"
-                                + " restored; at most %d changelog objects at a time, none left; requests through"
+                                + " restored; at most %d changelog objects at a time, none left but orphans; requests through"
                                 + " the proxy: %d PUT (%d changelog), %d GET, %d HEAD, %d POST (deletes)",
                         runningAgain == 0 ? -1 : (runningAgain - killedAt) / 1e9,
                         (System.nanoTime() - killedAt) / 1e9, completed, counts.path("restored").asInt(), most,

@@ -48,6 +48,19 @@ final class Objects {
         }
     }
 
+    /** The changelog objects under {@code prefix}, with their sizes and modification times. */
+    List<FileStatus> changelogStatus(String prefix) throws Exception {
+        List<FileStatus> out = new ArrayList<>();
+        for (String o : changelog(prefix)) {
+            try {
+                out.add(fs.getFileStatus(new Path(o)));
+            } catch (FileNotFoundException deletedMeanwhile) {
+                // Gone since the listing.
+            }
+        }
+        return out;
+    }
+
     /** The changelog objects ({@code <prefix>/<job>/dstl/*}) under {@code prefix}. */
     List<String> changelog(String prefix) throws Exception {
         List<String> out = new ArrayList<>();
