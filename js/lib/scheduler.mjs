@@ -373,16 +373,18 @@ export class Scheduler {
 
   /**
    * Accepts a task of `writer` (called from the writer's `schedule` import). Never
-   * uploads or delivers on the caller's path.
+   * uploads or delivers on the caller's path. A `background` task (a pre-emptive upload,
+   * which no checkpoint waits for) waits for company in its batch whatever its size.
    * @returns {string|null} why the task was refused, or null
    */
-  submit(writer, task) {
+  submit(writer, task, background = false) {
     let size = 0;
     for (const changeSet of task.changeSets) size += Number(changeSet.size);
     const number = this.nextNumber++;
     let step;
     try {
-      step = this.batcher.push(BigInt(number), BigInt(size), now());
+      const push = background ? this.batcher.pushBackground : this.batcher.push;
+      step = push.call(this.batcher, BigInt(number), BigInt(size), now());
     } catch (refusal) {
       // The batcher closed: it says why.
       return errorMessage(refusal);

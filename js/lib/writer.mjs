@@ -106,6 +106,8 @@ export class Writer {
   #mailbox = [];
   #busy = false;
   #fault = null;
+  /** True while the guest's `persist` runs: what it schedules is the persist's own task. */
+  #persisting = false;
   /** What the guest holds (the `holdings` of the component's ownership rules). */
   #holdings;
   #capture = new Capture();
@@ -166,7 +168,7 @@ export class Writer {
               changeSet.block = pieces.length === 1 ? pieces[0] : Buffer.concat(pieces);
               changeSet.pieces = null;
             }
-            cause = storage.scheduler.submit(this, task);
+            cause = storage.scheduler.submit(this, task, !this.#persisting);
           } catch (e) {
             cause = `the scheduler failed: ${e?.message ?? e}`;
           }
@@ -346,7 +348,14 @@ export class Writer {
     return this.#callWith((live) => {
       let reply;
       try {
-        reply = live.resource.persist(start, cp);
+        // Tasks the guest schedules now are the persist's (a checkpoint waits for them);
+        // any other is pre-emptive and may wait in its batch for company.
+        this.#persisting = true;
+        try {
+          reply = live.resource.persist(start, cp);
+        } finally {
+          this.#persisting = false;
+        }
         this.#hold(PERSISTED);
       } catch (e) {
         if (isWriterErrorPayload(e)) {

@@ -59,7 +59,7 @@ test('a retry machine starts a speculative attempt at the timeout and words the 
   }
 });
 
-test('a batcher holds tasks for the delay, sends them at the size threshold, and a large one at once; closed, it refuses', async () => {
+test('a batcher holds tasks for the delay, sends them at the size threshold, and a large one at once unless it is background; closed, it refuses', async () => {
   const storage = await open();
   try {
     const batcher = new storage.ownership.policy.Batcher(10n, 1000n);
@@ -74,10 +74,11 @@ test('a batcher holds tasks for the delay, sends them at the size threshold, and
     assert.equal(batcher.push(5n, 100n, 30n).leaving, undefined);
     assert.deepEqual(step(batcher.push(6n, 500n, 31n)).leaving, [5n, 6n], 'half the threshold leaves at once, with what waited');
     assert.equal(batcher.push(7n, 1n, 40n).leaving, undefined);
+    assert.deepEqual(step(batcher.pushBackground(8n, 600n, 41n)), { leaving: undefined, timeout: 50n }, 'a large background task waits for company');
     const { queued, cause } = batcher.close();
-    assert.deepEqual([...queued], [7n]);
+    assert.deepEqual([...queued], [7n, 8n]);
     assert.equal(cause, 'the changelog storage was closed before the upload started');
-    assert.throws(() => batcher.push(8n, 1n, 50n), (e) => e === 'the changelog storage is closed', 'refused once closed');
+    assert.throws(() => batcher.push(9n, 1n, 50n), (e) => e === 'the changelog storage is closed', 'refused once closed');
   } finally {
     await storage.close();
   }
@@ -107,6 +108,30 @@ test('buffered appends reach the writer exactly when its open change set reaches
     w.append(4, new Uint8Array(999));
     assert.equal(storage.scheduler.queueSize(), 2, 'a rollover emptied the set');
     w.close();
+  } finally {
+    await storage.close();
+  }
+});
+
+test('pre-emptive uploads wait in their batch for company whatever their size; a persist\'s large task leaves at once', async () => {
+  // Tasks of 600 bytes or more are over half the 1000-byte threshold: a persist's leaves
+  // at once, pre-emptive ones wait (an hour) until the batch reaches the threshold.
+  const storage = await open({ 'dstl.dfs.preemptive-persist-threshold': '600b', 'dstl.dfs.batch.persist-delay': '1h', 'dstl.dfs.batch.persist-size-threshold': '1000b' });
+  try {
+    const a = storage.createWriter('a', { start: 0, end: 127 });
+    const b = storage.createWriter('b', { start: 0, end: 127 });
+    a.append(1, new Uint8Array(600));
+    assert.equal(storage.scheduler.queueSize(), 1, "a's pre-emptive upload waits");
+    b.append(1, new Uint8Array(600));
+    await storage.idle();
+    assert.equal(storage.scheduler.queueSize(), 0, 'together at the threshold');
+    assert.equal(storage.metrics().uploaded_files, 1, 'one file for both');
+    const c = storage.createWriter('c', { start: 0, end: 127 });
+    c.append(1, new Uint8Array(500));
+    const persisted = c.persist(0, 1);
+    assert.equal(storage.scheduler.queueSize(), 0, 'the persist\'s task left at once');
+    await persisted;
+    for (const w of [a, b, c]) w.close();
   } finally {
     await storage.close();
   }

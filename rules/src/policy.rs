@@ -116,11 +116,11 @@ impl GuestBatcher for BatcherResource {
     }
 
     fn push(&self, item: u64, size: u64, now: u64) -> Result<wit::BatchStep, String> {
-        let mut batcher = self.0.borrow_mut();
-        let leaving = batcher
-            .push(item, size, Millis(now))
-            .map_err(|closed| closed.to_string())?;
-        Ok(step(&batcher, leaving))
+        self.queue(|batcher| batcher.push(item, size, Millis(now)))
+    }
+
+    fn push_background(&self, item: u64, size: u64, now: u64) -> Result<wit::BatchStep, String> {
+        self.queue(|batcher| batcher.push_background(item, size, Millis(now)))
     }
 
     fn handle_timeout(&self, now: u64) -> wit::BatchStep {
@@ -134,6 +134,19 @@ impl GuestBatcher for BatcherResource {
             queued: self.0.borrow_mut().close(),
             cause: Closed::BeforeUpload.to_string(),
         }
+    }
+}
+
+impl BatcherResource {
+    /// Queues a task (`push` or `push_background`): the step after it, or why the
+    /// closed batcher refused it.
+    fn queue(
+        &self,
+        input: impl FnOnce(&mut Batcher<u64, Millis>) -> Result<Option<Vec<u64>>, Closed>,
+    ) -> Result<wit::BatchStep, String> {
+        let mut batcher = self.0.borrow_mut();
+        let leaving = input(&mut batcher).map_err(|closed| closed.to_string())?;
+        Ok(step(&batcher, leaving))
     }
 }
 

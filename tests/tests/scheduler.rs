@@ -54,6 +54,46 @@ fn without_delay_and_threshold_every_task_uploads_alone() {
     assert_eq!(metrics.upload_batch_sizes.max, 1);
 }
 
+/// Pre-emptive uploads (no checkpoint waits for them) wait in their batch for company
+/// whatever their size, so writers filling up together share a file; a persist's task of
+/// half the threshold or more still leaves at once.
+#[test]
+fn preemptive_uploads_wait_for_company_and_a_persists_large_task_leaves_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (storage, store) = open(
+        tmp.path(),
+        &[
+            "dstl.dfs.batch.persist-delay=1h",
+            "dstl.dfs.batch.persist-size-threshold=1000b",
+            "dstl.dfs.preemptive-persist-threshold=600b",
+        ],
+    );
+    let a = storage.create_writer("a", RANGE).unwrap();
+    let b = storage.create_writer("b", RANGE).unwrap();
+    a.append(1, &[1; 600]).unwrap();
+    assert_eq!(
+        storage.metrics().upload_queue_size,
+        1,
+        "a's pre-emptive upload waits"
+    );
+    b.append(1, &[2; 600]).unwrap();
+    storage.wait_idle();
+    let metrics = storage.metrics();
+    assert_eq!(metrics.upload_queue_size, 0, "together at the threshold");
+    assert_eq!(store.files().len(), 1, "one file for both");
+    assert_eq!(metrics.upload_batch_sizes.max, 2);
+    let c = storage.create_writer("c", RANGE).unwrap();
+    c.append(1, &[3; 500]).unwrap();
+    let persisted = c.persist(0, 1).unwrap();
+    assert_eq!(
+        storage.metrics().upload_queue_size,
+        0,
+        "the persist's task left at once"
+    );
+    let snapshot = persisted.wait().unwrap();
+    assert_eq!(payloads(&storage, &snapshot.remote), vec![vec![3; 500]]);
+}
+
 #[test]
 fn size_threshold_sends_one_batch_of_all_writers_in_one_file() {
     let tmp = tempfile::tempdir().unwrap();
