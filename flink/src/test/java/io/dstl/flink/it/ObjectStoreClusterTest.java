@@ -1,6 +1,8 @@
 package io.dstl.flink.it;
 
+import org.apache.flink.core.fs.FSDataOutputStream;
 import org.apache.flink.core.fs.FileStatus;
+import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
@@ -66,6 +68,8 @@ class ObjectStoreClusterTest {
                     "state.changelog.dstl.s3.secret-access-key", Seaweed.SECRET_KEY), weed.bucket);
 
             long start = System.nanoTime();
+            List<String> orphans = new ArrayList<>();
+            String jobId = null;
             StandaloneCluster cluster = StandaloneCluster.create(dir.resolve("cluster"), TestSettings.flinkLib(),
                     TestSettings.pluginJar(), config);
             try {
@@ -157,28 +161,29 @@ class ObjectStoreClusterTest {
                 }
                 // The JobManager discards the last checkpoints asynchronously once the job ended.
                 // What may stay: an upload the killed TaskManager had finished but not yet
-                // handed to a checkpoint (an orphan, with either storage; README, "What is
-                // left"). Anything written after the kill would be a leak.
+                // handed to a checkpoint (an orphan, with either storage), which the plugin's
+                // orphan collection removes once the storages closed. Anything written after
+                // the kill would be a leak.
                 ObjectStoreTest.awaitNone(objects, "changelog", Duration.ofSeconds(30));
-                List<String> orphans = new ArrayList<>();
                 List<String> leaked = new ArrayList<>();
                 for (FileStatus o : objects.changelogStatus("changelog")) {
-                    boolean beforeKill = o.getModificationTime() <= killedAtMillis + ORPHAN_SLACK_MS;
-                    (beforeKill ? orphans : leaked).add(o.getPath() + " (modified "
-                            + (o.getModificationTime() - killedAtMillis) + " ms after the kill)");
+                    String at = o.getPath() + " (modified " + (o.getModificationTime() - killedAtMillis)
+                            + " ms after the kill)";
+                    if (o.getModificationTime() <= killedAtMillis + ORPHAN_SLACK_MS) {
+                        orphans.add(at);
+                    } else {
+                        leaked.add(at);
+                    }
                 }
                 if (!leaked.isEmpty()) {
                     throw new AssertionError(label + ": the job finished, but " + leaked.size()
                             + " changelog objects written after the kill are left: "
                             + leaked.subList(0, Math.min(10, leaked.size())));
                 }
-                if (!orphans.isEmpty()) {
-                    Scenarios.note(label, orphans.size() + " orphan(s) of the killed TaskManager's last"
-                            + " uploads left, as README says: " + orphans);
-                }
+                jobId = job;
                 Scenarios.note(label, String.format("every task running again %.1f s after the kill (detection,"
                                 + " scheduling, restore); finished %.1f s after it; %d checkpoints completed, %d"
-                                + " restored; at most %d changelog objects at a time, none left but orphans; requests through"
+                                + " restored; at most %d changelog objects at a time; requests through"
                                 + " the proxy: %d PUT (%d changelog), %d GET, %d HEAD, %d POST (deletes)",
                         runningAgain == 0 ? -1 : (runningAgain - killedAt) / 1e9,
                         (System.nanoTime() - killedAt) / 1e9, completed, counts.path("restored").asInt(), most,
@@ -199,6 +204,24 @@ class ObjectStoreClusterTest {
             if (!leases.isEmpty()) {
                 throw new AssertionError(label + ": leases left after the cluster stopped: " + leases);
             }
+            // The orphan collection removes what no checkpoint names (the job retained none):
+            // the killed TaskManager's orphans, if any, and one planted to be sure there is one.
+            try (FSDataOutputStream planted = objects.fileSystem().create(
+                    new org.apache.flink.core.fs.Path("dstl-s3://" + weed.bucket + "/changelog/" + jobId
+                            + "/dstl/planted-orphan"), FileSystem.WriteMode.NO_OVERWRITE)) {
+                planted.write(new byte[] {1, 2, 3});
+            }
+            Gc gc = Gc.run(objects.settings(), "--changelog", "dstl-s3://" + weed.bucket + "/changelog",
+                    "--checkpoints", "dstl-s3://" + weed.bucket + "/checkpoints", "--job", jobId,
+                    "--grace", "0s", "--delete");
+            List<String> left = objects.changelog("changelog");
+            if (gc.exit != 0 || !left.isEmpty() || !gc.report().contains("planted-orphan")) {
+                throw new AssertionError(label + ": after the orphan collection " + left.size()
+                        + " changelog objects are left: " + left + "\n" + gc);
+            }
+            Scenarios.note(label, orphans.size() + " orphan(s) of the killed TaskManager's last uploads"
+                    + (orphans.isEmpty() ? "" : " " + orphans) + "; the orphan collection left none: "
+                    + gc.report().strip().replace('\n', ';'));
             System.out.printf("[dstl-it] %-60s %6.1f s%n", label, (System.nanoTime() - start) / 1e9);
         }
     }

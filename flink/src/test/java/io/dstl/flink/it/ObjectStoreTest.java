@@ -116,6 +116,17 @@ class ObjectStoreTest {
             }
             Scenarios.note(label, "retained " + retained + " names " + checkpoint.changelogFiles.size()
                     + " changelog objects; " + left.size() + " left in the bucket, all of them named by it");
+            // The orphan collection reads the retained checkpoint and deletes none of them.
+            String jobId = retained.replaceAll(".*/([0-9a-f]{32})/chk-[0-9]+/?$", "$1");
+            Gc gc = Gc.run(objects.settings(), "--changelog", "s3://" + weed.bucket + "/changelog",
+                    "--checkpoints", "dstl-s3://" + weed.bucket + "/checkpoints", "--job", jobId,
+                    "--grace", "0s", "--delete");
+            List<String> afterGc = objects.changelog("changelog");
+            if (gc.exit != 0 || !afterGc.containsAll(left) || !gc.report().contains(left.size() + " named by a checkpoint")) {
+                throw new AssertionError(label + ": the orphan collection touched what the retained checkpoint"
+                        + " names (" + afterGc.size() + " of " + left.size() + " left)\n" + gc);
+            }
+            Scenarios.note(label, "orphan collection: " + gc.report().strip().replace('\n', ';'));
             if (!Scenarios.listNames(Path.of(p.outputDir)).isEmpty()) {
                 throw new AssertionError(label + ": output before the cancellation, so the run was not cut off");
             }

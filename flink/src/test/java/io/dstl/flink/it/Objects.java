@@ -17,8 +17,10 @@ import java.util.Map;
 final class Objects {
     private final FileSystem fs;
     private final String bucket;
+    private final Map<String, String> settings;
 
     Objects(Map<String, String> settings, String bucket) throws Exception {
+        this.settings = settings;
         DstlS3FileSystemFactory factory = new DstlS3FileSystemFactory();
         factory.configure(Configuration.fromMap(settings));
         this.fs = factory.create(URI.create("dstl-s3://" + bucket + "/"));
@@ -70,6 +72,11 @@ final class Objects {
             }
         }
         return out;
+    }
+
+    /** The settings the store is reached with. */
+    Map<String, String> settings() {
+        return settings;
     }
 
     FileSystem fileSystem() {
