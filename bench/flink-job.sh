@@ -26,6 +26,7 @@
 #                   then write through (Flink's `filesystem` storage too); adds the PUT requests
 #                   per checkpoint and the changelog objects created per minute to the table
 #   -- ...          passed to the job as is, e.g. -- --keys 1000000 --value-bytes 200
+#                   --records-per-second 150000 (both storages then log the same changes)
 #                   --materialize-interval '5 s' --conf state.changelog.dstl.dfs.compression.enabled=true
 #                   (see ChangelogStorageBench for the list)
 #

@@ -20,6 +20,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.functions.KeySelector;
@@ -154,9 +155,14 @@ public final class ChangelogStorageBench {
     private static JobGraph buildJob(Configuration conf, Options o) {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setParallelism(o.parallelism);
+        // A rate limit makes both storages log the same changes, so their restores read the
+        // same amount; unlimited, each runs as fast as it lets the job.
         DataGeneratorSource<Tuple2<Long, byte[]>> source = new DataGeneratorSource<>(
                 new EventGenerator(o.keys, o.valueBytes),
                 Long.MAX_VALUE,
+                o.recordsPerSecond > 0
+                        ? RateLimiterStrategy.perSecond(o.recordsPerSecond)
+                        : RateLimiterStrategy.noOp(),
                 Types.TUPLE(Types.LONG, PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "generator")
                 .uid("generator")
@@ -430,6 +436,8 @@ public final class ChangelogStorageBench {
         double failAtFraction = 0.6;
         String materializeInterval;
         int restoreTimeoutS = 120;
+        /** Records per second of the whole source; 0: as fast as the job takes them. */
+        double recordsPerSecond;
         final Map<String, String> extraConf = new LinkedHashMap<>();
 
         static Options parse(String[] args) {
@@ -452,6 +460,7 @@ public final class ChangelogStorageBench {
                     case "--fail-at": o.failAtFraction = Double.parseDouble(v); break;
                     case "--materialize-interval": o.materializeInterval = v; break;
                     case "--restore-timeout": o.restoreTimeoutS = Integer.parseInt(v); break;
+                    case "--records-per-second": o.recordsPerSecond = Double.parseDouble(v); break;
                     case "--conf": {
                         int eq = v.indexOf('=');
                         if (eq <= 0) {
@@ -481,7 +490,7 @@ public final class ChangelogStorageBench {
                     + " --storage NAME --base-dir DIR [--duration S] [--parallelism N]"
                     + " [--keys N] [--value-bytes N] [--checkpoint-interval-ms MS]"
                     + " [--warmup FRACTION] [--fail-at FRACTION] [--materialize-interval DURATION]"
-                    + " [--restore-timeout S] [--conf key=value]...");
+                    + " [--restore-timeout S] [--records-per-second N] [--conf key=value]...");
         }
     }
 }
