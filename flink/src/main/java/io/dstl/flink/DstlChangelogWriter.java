@@ -97,7 +97,11 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         try {
             this.closeSignal = Native.closeSignal(handle);
         } catch (IOException | RuntimeException e) {
-            Native.closeWriter(handle);
+            try {
+                Native.closeWriter(handle);
+            } catch (IOException | RuntimeException closing) {
+                e.addSuppressed(closing);
+            }
             handle = 0;
             throw e;
         }
