@@ -127,6 +127,27 @@ impl Error {
         }
     }
 
+    /// What a writer's guest error means for its caller: an upload failure the writer
+    /// reported keeps the uploader's typed cause (`upload`, when the host refused or
+    /// failed the upload); any other is the writer's own error.
+    pub(crate) fn from_guest(
+        writer: &str,
+        source: WriterError,
+        upload: Option<&crate::upload::UploadError>,
+    ) -> Self {
+        match (source, upload) {
+            (WriterError::UploadFailed(message), Some(cause)) => Error::Upload {
+                writer: writer.to_string(),
+                message,
+                source: cause.clone(),
+            },
+            (source, _) => Error::Writer {
+                writer: writer.to_string(),
+                source,
+            },
+        }
+    }
+
     pub(crate) fn setup(
         context: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,

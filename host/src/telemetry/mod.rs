@@ -41,7 +41,7 @@
 
 mod writer;
 
-pub(crate) use writer::{WriterLabels, WriterMetrics};
+pub(crate) use writer::{PersistReturned, WriterLabels, WriterMetrics};
 
 /// The `writer` label of writers beyond `dstl.metrics.writer-label-limit`.
 pub const OTHER_WRITERS: &str = "other";

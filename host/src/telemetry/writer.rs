@@ -7,9 +7,7 @@ use std::time::Instant;
 
 use metrics::{Counter, Histogram, counter, histogram};
 
-use crate::error::Error;
 use crate::sync::LockExt;
-use crate::writer::PersistFuture;
 
 use super::{
     OTHER_WRITERS, WRITER_APPENDED_BYTES, WRITER_APPENDS, WRITER_PERSIST_FAILURES,
@@ -49,6 +47,17 @@ impl WriterLabels {
     pub fn writer(&self, name: &str) -> WriterMetrics {
         WriterMetrics::new(self.label(name))
     }
+}
+
+/// How a persist call returned, for [`WriterMetrics::persisted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PersistReturned {
+    /// Completed at once: nothing was left to upload.
+    Completed,
+    /// Waits for uploads.
+    Pending,
+    /// Failed at once.
+    Failed,
 }
 
 /// Handles of one writer's metrics. Without a recorder each is empty and recording is a
@@ -104,17 +113,17 @@ impl WriterMetrics {
         self.appended_bytes.increment(bytes as u64);
     }
 
-    /// A persist call made at `started` returned `result`: a persist that completed at
-    /// once (nothing left to upload) is a success now, one that failed at once a failure;
-    /// a pending one is counted by [`WriterMetrics::persist_succeeded`] or
+    /// A persist call made at `started` returned: one that completed at once (nothing
+    /// left to upload) is a success now, one that failed at once a failure; a pending
+    /// one is counted by [`WriterMetrics::persist_succeeded`] or
     /// [`WriterMetrics::persist_failed`] when it completes.
     #[inline]
-    pub fn persisted(&self, started: Instant, result: &Result<PersistFuture, Error>) {
+    pub fn persisted(&self, started: Instant, returned: PersistReturned) {
         self.persists.increment(1);
-        match result {
-            Ok(future) if future.is_immediate() => self.persist_succeeded(started),
-            Ok(_) => {}
-            Err(_) => self.persist_failed(),
+        match returned {
+            PersistReturned::Completed => self.persist_succeeded(started),
+            PersistReturned::Pending => {}
+            PersistReturned::Failed => self.persist_failed(),
         }
     }
 

@@ -20,25 +20,6 @@ use crate::sync::panic_message;
 use crate::telemetry::WriterMetrics;
 use crate::upload::{UploadError, UploadOutcome};
 
-/// See [`WriterCore::guest_error`].
-pub(crate) fn guest_error(
-    writer: &str,
-    source: WriterError,
-    upload: Option<&UploadError>,
-) -> Error {
-    match (source, upload) {
-        (WriterError::UploadFailed(message), Some(cause)) => Error::Upload {
-            writer: writer.to_string(),
-            message,
-            source: cause.clone(),
-        },
-        (source, _) => Error::Writer {
-            writer: writer.to_string(),
-            source,
-        },
-    }
-}
-
 /// Shared between the [`super::Writer`] handle and the uploads in flight for it (as
 /// their [`crate::upload::OutcomeSink`]).
 pub(crate) struct WriterCore {
@@ -181,7 +162,7 @@ impl WriterCore {
     /// What the guest answered, as the caller's error: an upload failure with the
     /// host's typed cause when the host knows it (`upload`), else the guest's error.
     pub fn guest_error(&self, source: WriterError, upload: Option<&UploadError>) -> Error {
-        guest_error(&self.name, source, upload)
+        Error::from_guest(&self.name, source, upload)
     }
 
     /// One guest call; a trap poisons the writer, and so does a panic of the host's own

@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::registry::WriterId;
 use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent, WriterLinks};
 use crate::services::Services;
+use crate::telemetry::PersistReturned;
 use crate::upload::OutcomeSink;
 
 /// Announces a [`Writer`]'s close ahead of the close itself; from
@@ -265,7 +266,14 @@ impl Writer {
                 PersistReply::Pending(ticket) => book.tickets.wait_for(&core.name, ticket),
             }))
         });
-        self.core.metrics.persisted(started, &result);
+        self.core.metrics.persisted(
+            started,
+            match &result {
+                Ok(future) if future.is_immediate() => PersistReturned::Completed,
+                Ok(_) => PersistReturned::Pending,
+                Err(_) => PersistReturned::Failed,
+            },
+        );
         result
     }
 

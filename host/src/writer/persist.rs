@@ -61,7 +61,7 @@ impl Tickets {
             };
             let outcome = completion
                 .outcome
-                .map_err(|source| super::core::guest_error(writer, source, upload))
+                .map_err(|source| Error::from_guest(writer, source, upload))
                 .and_then(|snapshot| acknowledge(&snapshot).map(|()| snapshot));
             match &outcome {
                 Ok(_) => self.metrics.persist_succeeded(started),
