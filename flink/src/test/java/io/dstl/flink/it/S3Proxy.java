@@ -22,7 +22,8 @@ import java.util.function.Predicate;
  * fails the ones a rule picks with {@code 503 Slow Down} (what S3 answers when it throttles): a
  * store that fails requests for a while. Requests are passed on byte for byte (the client signs
  * the Host header it sent, which the server checks as received), one upstream connection each.
- * Requests are counted by method, and apart for keys under a {@code changelog/} prefix.
+ * Requests are counted by method, and apart for keys under a {@code changelog/} prefix (a dstl
+ * storage's lease objects, {@code changelog/<job>/leases/}, apart from those).
  *
  * <p>{@link #main} runs one on its own for {@code bench/flink-job.sh --store s3}.
  */
@@ -87,7 +88,7 @@ public final class S3Proxy implements AutoCloseable {
         return n == null ? 0 : n.get();
     }
 
-    /** Requests passed on for keys under a {@code changelog/} prefix, by method. */
+    /** Requests passed on for keys under a {@code changelog/} prefix (leases aside), by method. */
     long passedChangelog(String method) {
         AtomicLong n = passed.get(method + " changelog");
         return n == null ? 0 : n.get();
@@ -182,7 +183,10 @@ public final class S3Proxy implements AutoCloseable {
                     continue;
                 }
                 passed.computeIfAbsent(request.method, m -> new AtomicLong()).incrementAndGet();
-                if (request.target.contains("/changelog/")) {
+                if (request.target.contains("/changelog/") && request.target.contains("/leases/")) {
+                    // A dstl storage's lease on its job (written at open, refreshed every 30 s).
+                    passed.computeIfAbsent(request.method + " lease", m -> new AtomicLong()).incrementAndGet();
+                } else if (request.target.contains("/changelog/")) {
                     passed.computeIfAbsent(request.method + " changelog", m -> new AtomicLong()).incrementAndGet();
                 }
                 try (Socket upstream = new Socket(upstreamHost, upstreamPort)) {
