@@ -180,6 +180,25 @@ fn closing_entry(
     }
 }
 
+/// Frees a boxed handle of type `T` that its Java owner gives up (0: nothing to free),
+/// as the entry point `operation`. Only for the entry points that free a handle: a
+/// non-zero `handle` came from `Box::into_raw` of a `T`, and its owner passes it here once
+/// and never uses it again (each such entry point says why).
+pub(crate) fn free_boxed<T>(env: *mut JNIEnv, operation: &'static str, handle: jlong) {
+    entry(
+        env,
+        || operation.into(),
+        (),
+        |_| {
+            if handle != 0 {
+                // SAFETY: the handle is a `Box<T>` its owner gives up (see above).
+                drop(unsafe { Box::from_raw(handle as *mut T) });
+            }
+            Ok(())
+        },
+    )
+}
+
 /// The storage behind a handle from `openStorage`.
 ///
 /// # Safety
@@ -290,18 +309,8 @@ pub extern "system" fn Java_io_dstl_flink_Native_freeStorage(
     _class: jclass,
     handle: jlong,
 ) {
-    entry(
-        env,
-        || "freeStorage".into(),
-        (),
-        |_| {
-            if handle != 0 {
-                // SAFETY: the handle came from `openStorage` and is freed once.
-                drop(unsafe { Box::from_raw(handle as *mut StorageHandle) });
-            }
-            Ok(())
-        },
-    )
+    // The handle came from `openStorage`; the Java storage frees it once.
+    free_boxed::<StorageHandle>(env, "freeStorage", handle)
 }
 
 /// `byte[] nextCompletion(long storage)`: blocks until a persist completes and returns
@@ -717,19 +726,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_freeCloseSignal(
     _class: jclass,
     signal: jlong,
 ) {
-    entry(
-        env,
-        || "freeCloseSignal".into(),
-        (),
-        |_| {
-            if signal != 0 {
-                // SAFETY: from `closeSignal`, freed exactly once (the Java writer zeroes
-                // its field under the lock it frees it under).
-                drop(unsafe { Box::from_raw(signal as *mut dstl::CloseSignal) });
-            }
-            Ok(())
-        },
-    )
+    // From `closeSignal`; the Java writer zeroes its field under the lock it frees it
+    // under, so it is freed once.
+    free_boxed::<dstl::CloseSignal>(env, "freeCloseSignal", signal)
 }
 
 /// `String failure(long writer)` as UTF-8: why the writer's sandbox trapped, or null.

@@ -66,18 +66,8 @@ pub extern "system" fn Java_io_dstl_flink_Native_closeObjectStore(
     _class: jclass,
     handle: jlong,
 ) {
-    entry(
-        env,
-        || "closeObjectStore".into(),
-        (),
-        |_| {
-            if handle != 0 {
-                // SAFETY: the Java file system closes its handle once.
-                drop(unsafe { Box::from_raw(handle as *mut S3Store) });
-            }
-            Ok(())
-        },
-    )
+    // From `openObjectStore`; the Java file system closes its handle once.
+    crate::free_boxed::<S3Store>(env, "closeObjectStore", handle)
 }
 
 /// `long[] objectStat(long store, byte[] path)`: `{size, modified ms}` of the object, or
