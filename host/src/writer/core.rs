@@ -18,7 +18,7 @@ use crate::sandbox::{Call, Instance, Trap};
 use crate::services::Services;
 use crate::sync::panic_message;
 use crate::telemetry::WriterMetrics;
-use crate::upload::{UploadError, UploadOutcome};
+use crate::upload::UploadOutcome;
 
 /// Shared between the [`super::Writer`] handle and the uploads in flight for it (as
 /// their [`crate::upload::OutcomeSink`]).
@@ -159,12 +159,6 @@ impl WriterCore {
         }
     }
 
-    /// What the guest answered, as the caller's error: an upload failure with the
-    /// host's typed cause when the host knows it (`upload`), else the guest's error.
-    pub fn guest_error(&self, source: WriterError, upload: Option<&UploadError>) -> Error {
-        Error::from_guest(&self.name, source, upload)
-    }
-
     /// One guest call; a trap poisons the writer, and so does a panic of the host's own
     /// code during the call (its imports, the scheduler, the bookkeeping around it): the
     /// panic stops here, as a typed error of this writer, instead of unwinding into the
@@ -187,7 +181,7 @@ impl WriterCore {
         match outcome {
             None => Err(self.trapped_error(state)),
             Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(e))) => Err(self.guest_error(e, refusal.as_ref())),
+            Some(Ok(Err(e))) => Err(Error::from_guest(&self.name, e, refusal.as_ref())),
             Some(Err(trap)) => {
                 self.poison(state, trap);
                 Err(self.trapped_error(state))
