@@ -1,9 +1,6 @@
 package io.dstl.flink.it;
 
-import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -23,16 +20,7 @@ final class Gc {
 
     /** Runs it with {@code args}, each of {@code settings} as {@code -D key=value}. */
     static Gc run(Map<String, String> settings, String... args) throws Exception {
-        List<String> cmd = new ArrayList<>();
-        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        for (String arg : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
-            if (arg.startsWith("--add-")) {
-                cmd.add(arg);
-            }
-        }
-        cmd.add("-cp");
-        cmd.add(System.getProperty("java.class.path"));
-        cmd.add("io.dstl.flink.ChangelogGc");
+        List<String> cmd = TestSettings.childJvm(List.of(), "io.dstl.flink.ChangelogGc");
         cmd.addAll(List.of(args));
         settings.forEach((k, v) -> {
             cmd.add("-D");

@@ -46,28 +46,18 @@ class RestoreModesTest {
                 dir.resolve("checkpoints"));
         String first = runAndCancel(cluster, p, Map.of());
 
-        JobResult noClaim = runToEnd(cluster, p, restore(first, "NO_CLAIM"), Duration.ofSeconds(90));
-        String cause = noClaim.getSerializedThrowable()
-                .map(t -> Failures.chain(t.deserializeError(getClass().getClassLoader()))).orElse("");
-        if (noClaim.getJobStatus().orElse(null) != JobStatus.FAILED
-                || !cause.contains("does not support enforcing a full snapshot")) {
-            throw new AssertionError(label + ": NO_CLAIM should fail every checkpoint until the restarts run"
-                    + " out; the job ended " + noClaim.getJobStatus() + "\n" + cause);
-        }
+        assertFailedWith(runToEnd(cluster, p, restore(first, "NO_CLAIM"), Duration.ofSeconds(90)),
+                "does not support enforcing a full snapshot",
+                label + ": NO_CLAIM should fail every checkpoint until the restarts run out");
 
         String second = runAndCancel(cluster, p, restore(first, "CLAIM"));
         if (Files.exists(Path.of(URI.create(first)))) {
             throw new AssertionError(label + ": the checkpoint restored in CLAIM mode should be gone once"
                     + " subsumed: " + first);
         }
-        JobResult again = runToEnd(cluster, p, restore(first, "CLAIM"), Duration.ofSeconds(60));
-        String missing = again.getSerializedThrowable()
-                .map(t -> Failures.chain(t.deserializeError(getClass().getClassLoader()))).orElse("");
-        if (again.getJobStatus().orElse(null) != JobStatus.FAILED
-                || !missing.contains("Cannot find checkpoint or savepoint")) {
-            throw new AssertionError(label + ": restoring the claimed checkpoint again should fail, missing;"
-                    + " the job ended " + again.getJobStatus() + "\n" + missing);
-        }
+        assertFailedWith(runToEnd(cluster, p, restore(first, "CLAIM"), Duration.ofSeconds(60)),
+                "Cannot find checkpoint or savepoint",
+                label + ": restoring the claimed checkpoint again should fail, missing");
 
         JobResult last = runToEnd(cluster, p, restore(second, "CLAIM"), Scenarios.JOB_TIMEOUT);
         if (last.getJobStatus().orElse(null) != JobStatus.FINISHED) {
@@ -78,6 +68,15 @@ class RestoreModesTest {
         Scenarios.note(label, String.format("NO_CLAIM failed every checkpoint until the restarts ran out; the"
                 + " claimed checkpoint was gone once subsumed; the one retained after it restored exactly"
                 + " (%.1f s)", (System.nanoTime() - start) / 1e9));
+    }
+
+    /** Fails with {@code what} unless the job ended FAILED with {@code expected} in its cause. */
+    private static void assertFailedWith(JobResult result, String expected, String what) {
+        String cause = result.getSerializedThrowable()
+                .map(t -> Failures.chain(t.deserializeError(RestoreModesTest.class.getClassLoader()))).orElse("");
+        if (result.getJobStatus().orElse(null) != JobStatus.FAILED || !cause.contains(expected)) {
+            throw new AssertionError(what + "; the job ended " + result.getJobStatus() + "\n" + cause);
+        }
     }
 
     private static Map<String, String> restore(String path, String mode) {

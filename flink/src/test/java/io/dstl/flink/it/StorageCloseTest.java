@@ -5,7 +5,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -58,18 +57,7 @@ class StorageCloseTest {
     /** Runs the scenario in a JVM like this one; fails with its output unless it survived. */
     private void run(String scenario, List<String> jvmArgs, String... args) throws Exception {
         String label = "(q) close " + scenario;
-        List<String> cmd = new ArrayList<>();
-        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        for (String arg : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
-            // The same heap and module openings; not the test launcher's agents.
-            if (arg.startsWith("-X") || arg.startsWith("--add-")) {
-                cmd.add(arg);
-            }
-        }
-        cmd.addAll(jvmArgs);
-        cmd.add("-cp");
-        cmd.add(System.getProperty("java.class.path"));
-        cmd.add("io.dstl.flink.CloseScenarios");
+        List<String> cmd = TestSettings.childJvm(jvmArgs, "io.dstl.flink.CloseScenarios");
         cmd.add(scenario);
         cmd.addAll(List.of(args));
         Path out = Files.createTempFile(dir, scenario, ".out");

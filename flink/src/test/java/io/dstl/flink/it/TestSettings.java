@@ -2,7 +2,9 @@ package io.dstl.flink.it;
 
 import org.junit.jupiter.params.provider.Arguments;
 
+import java.lang.management.ManagementFactory;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -114,5 +116,25 @@ final class TestSettings {
             out.putAll(m);
         }
         return out;
+    }
+
+    /**
+     * The command line of a JVM like this one (its heap settings and module openings, not the
+     * test launcher's agents, and this classpath: Flink, the plugin jar, the tests) that runs
+     * {@code mainClass}, with {@code jvmArgs} before it.
+     */
+    static List<String> childJvm(List<String> jvmArgs, String mainClass) {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        for (String arg : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
+            if (arg.startsWith("-X") || arg.startsWith("--add-")) {
+                cmd.add(arg);
+            }
+        }
+        cmd.addAll(jvmArgs);
+        cmd.add("-cp");
+        cmd.add(System.getProperty("java.class.path"));
+        cmd.add(mainClass);
+        return cmd;
     }
 }
