@@ -1,4 +1,4 @@
-//! Exports the writer, reader and file encoder through the WIT world `changelog`, and
+//! Exports the writer, the words of its errors, the reader and the file encoder through the WIT world `changelog`, and
 //! implements the writer's [`Effects`] with the host's imports.
 
 use std::cell::RefCell;
@@ -18,6 +18,7 @@ wit_bindgen::generate!({
 
 use dstl::changelog::types as wit;
 use dstl::changelog::{local_registry, logging, registry, uploader};
+use exports::dstl::changelog::errors::Guest as ErrorsGuest;
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
 use exports::dstl::changelog::reader::{Guest as ReaderGuest, PackedChanges};
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
@@ -28,7 +29,10 @@ struct Component;
 struct HostEffects;
 
 impl Effects for HostEffects {
-    fn schedule(&mut self, task: domain::UploadTask<codec::Block>) -> Result<(), String> {
+    fn schedule(
+        &mut self,
+        task: domain::UploadTask<codec::Block>,
+    ) -> Result<(), dstl_proto::error::Refusal> {
         let pieces: Vec<Vec<&[u8]>> = task.change_sets.iter().map(|c| c.block.pieces()).collect();
         let change_sets: Vec<wit::ChangeSetBlock<'_>> = task
             .change_sets
@@ -44,6 +48,7 @@ impl Effects for HostEffects {
             id: task.id,
             change_sets: &change_sets,
         })
+        .map_err(from_wit_refusal)
     }
 
     fn release(&mut self, handle: &domain::StreamHandle) {
@@ -175,6 +180,12 @@ impl GuestWriter for WriterResource {
 
 impl WriterGuest for Component {
     type Writer = WriterResource;
+}
+
+impl ErrorsGuest for Component {
+    fn describe(error: wit::WriterError) -> String {
+        from_wit_error(error).to_string()
+    }
 }
 
 impl ReaderGuest for Component {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use dstl_proto::types::WriterError;
+use dstl_proto::error::{UploadFailure, WriterError};
 
 pub use crate::sandbox::TrapKind;
 
@@ -29,13 +29,12 @@ pub enum Error {
     /// error where there is one ([`crate::UploadError::io_error_kind`], e.g.
     /// `StorageFull` for a full disk). A later persist of the same range fails with
     /// [`WriterError::AlreadyFailed`].
-    #[error("writer {writer}: {}", upload_failed(message))]
+    #[error("writer {writer}: {failure}")]
     Upload {
         /// The writer's name.
         writer: String,
-        /// What the writer reported: the cause, and for a refused upload the change
-        /// sets it held.
-        message: String,
+        /// What the writer reported: for a refused upload the change sets it held.
+        failure: UploadFailure,
         /// Why the upload failed.
         #[source]
         source: crate::upload::UploadError,
@@ -92,15 +91,6 @@ pub enum Error {
     },
 }
 
-/// `message` as the rest of "writer W: ...", saying once that an upload failed.
-fn upload_failed(message: &str) -> std::borrow::Cow<'_, str> {
-    if message.starts_with("upload failed") {
-        message.into()
-    } else {
-        format!("upload failed: {message}").into()
-    }
-}
-
 /// A wasmtime error, as text with its chain (wasmtime's error type is not a
 /// `std::error::Error`).
 #[derive(Debug, thiserror::Error)]
@@ -128,18 +118,28 @@ impl Error {
     }
 
     /// What a writer's guest error means for its caller: an upload failure the writer
-    /// reported keeps the uploader's typed cause (`upload`, when the host refused or
-    /// failed the upload); any other is the writer's own error.
+    /// reported keeps the uploader's typed cause (the refusal it carries, or `upload`:
+    /// the failure the host is delivering to the guest); any other is the writer's own
+    /// error.
     pub(crate) fn from_guest(
         writer: &str,
         source: WriterError,
         upload: Option<&crate::upload::UploadError>,
     ) -> Self {
-        match (source, upload) {
-            (WriterError::UploadFailed(message), Some(cause)) => Error::Upload {
+        let cause = match (&source, upload) {
+            (WriterError::UploadFailed(UploadFailure::Refused(refused)), _) => {
+                Some(refused.refusal.into())
+            }
+            (WriterError::UploadFailed(UploadFailure::Failed(_)), Some(cause)) => {
+                Some(cause.clone())
+            }
+            _ => None,
+        };
+        match (source, cause) {
+            (WriterError::UploadFailed(failure), Some(source)) => Error::Upload {
                 writer: writer.to_string(),
-                message,
-                source: cause.clone(),
+                failure,
+                source,
             },
             (source, _) => Error::Writer {
                 writer: writer.to_string(),

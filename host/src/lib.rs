@@ -118,9 +118,13 @@ mod writer;
 
 pub use config::{Config, ConfigError};
 pub use dstl_proto::codec::Change;
+/// The cases of [`WriterError`] and [`UploadFailure`] with their fields.
+pub use dstl_proto::error as writer_error;
+pub use dstl_proto::error::{UploadFailure, WriterError};
+pub use dstl_proto::handoff::Budget;
 pub use dstl_proto::read::FileError;
 pub use dstl_proto::types::{
-    ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle, WriterError,
+    ChangelogHandle, HandleEntry, KeyGroupRange, SnapshotResult, StreamHandle,
 };
 pub use error::{Error, SandboxError, TrapKind, describe};
 pub use metrics::{HistogramSnapshot, MetricsSnapshot};

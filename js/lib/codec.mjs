@@ -4,7 +4,8 @@
 // format itself: it asks a component instance of its own to lay change-set blocks into a
 // file (`files.encode-file`: the flag byte, then the blocks, one Snappy framed stream when
 // compressed) and to turn files back into changes (`reader.read-file`). Format errors
-// are the component's messages.
+// are the component's messages. The words of writer errors come from the same instance
+// (`errors.describe`), so the host writes none of its own.
 //
 // The instance is a codec only: it never creates a writer, so its imports are never
 // called, and no writer instance's exports are ever called from inside one of its
@@ -116,6 +117,17 @@ export class ComponentCodec {
   layoutPlainFile(sizes) {
     const lengths = BigUint64Array.from(sizes, (n) => BigInt(n));
     return this.#call('layout-plain-file', (root) => root.files.layoutPlainFile(lengths));
+  }
+
+  /**
+   * The words of a writer error (`errors.describe`: dstl-proto's `error` module, what
+   * every host prints), without the writer's name.
+   * @param {import('./errors.mjs').WriterErrorValue} error the WIT `writer-error` value
+   * @returns {string}
+   * @throws {CodecTrap}
+   */
+  describeError(error) {
+    return this.#call('describe', (root) => root.errors.describe(error));
   }
 
   /**

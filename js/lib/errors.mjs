@@ -27,23 +27,76 @@ export const WRITER_ERROR_KINDS = Object.freeze([
 ]);
 
 /**
- * The writer rejected a call or a persist failed: `kind` is the WIT variant case
- * (`closed`, `truncated`, `not-yet-appended`, `already-failed`, `invalid-range`,
- * `invalid-argument`, `upload-failed`), `detail` the writer's message. The message is
- * the Rust host's display (`Error::Writer`, `Error::Upload`): `writer NAME: DETAIL`, with
- * `closed: ` before the detail of `closed`, and `upload failed: ` before that of
- * `upload-failed` unless the detail says so itself.
+ * A WIT `writer-error` value as jco gives it: `{tag, val}`, `tag` one of
+ * {@link WRITER_ERROR_KINDS}, `val` the case's typed payload (records as objects with
+ * camelCase fields, variants as `{tag, val}`, enums as strings, `u64`/`s64` as BigInts,
+ * `list<u64>` as a `BigUint64Array` or an array of BigInts).
+ * @typedef {{tag: string, val: any}} WriterErrorValue
+ */
+
+/** Whether `value` is a {@link WriterErrorValue} (what jco throws for a writer's `err`). */
+export function isWriterErrorValue(value) {
+  return (
+    value !== null &&
+    typeof value === 'object' &&
+    !(value instanceof Error) &&
+    WRITER_ERROR_KINDS.includes(value.tag) &&
+    value.val !== null &&
+    typeof value.val === 'object'
+  );
+}
+
+/** A typed value as text for a message, BigInts and typed arrays included. */
+function valueText(value) {
+  return JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : ArrayBuffer.isView(v) ? Array.from(v, String) : v));
+}
+
+/**
+ * The writer rejected a call or a persist failed.
+ *
+ * - `kind`: the WIT `writer-error` case (`closed`, `truncated`, `not-yet-appended`,
+ *   `already-failed`, `invalid-range`, `invalid-argument`, `upload-failed`).
+ * - `fields`: that case's typed payload, as jco gives it, to read values from instead of
+ *   parsing the message. E.g. `truncated` → `{requested: 0n, truncated: 1n}`; `closed` →
+ *   `{tag: 'after-close', val: 'append'}`, `{tag: 'while-persisting', val: {start, end,
+ *   checkpoint}}` or `{tag: 'dropped'}`; `invalid-argument` → `{tag: 'outside-range',
+ *   val: {keyGroup, range: {start, end}}}`, `{tag: 'value-too-long', val: 5n}`, ...;
+ *   `upload-failed` (and `already-failed`'s `cause`) → `{tag: 'refused', val:
+ *   {changeSets, refusal}}`, `{tag: 'no-result', val: {task, changeSets}}` or `{tag:
+ *   'failed', val: 'the uploader's words'}`. `error.value` is the whole WIT value,
+ *   `{tag: kind, val: fields}`.
+ * - `detail`: the error's words, from the component's `errors.describe` (dstl-proto's
+ *   `error` module, the words every host prints), without the writer's name.
+ * - `message`: `writer NAME: DETAIL`, as the Rust host's display.
  */
 export class WriterError extends DstlError {
-  constructor(writer, kind, detail) {
-    const uploadFailed = detail.startsWith('upload failed') ? detail : `upload failed: ${detail}`;
-    const display = kind === 'closed' ? `closed: ${detail}` : kind === 'upload-failed' ? uploadFailed : detail;
-    super(kind, `writer ${writer}: ${display}`);
+  /**
+   * @param {string} writer the writer's name
+   * @param {WriterErrorValue} error the typed WIT value
+   * @param {{describeError(error: WriterErrorValue): string}} describer the component's
+   *   `errors.describe` (a {@link import('./codec.mjs').ComponentCodec})
+   */
+  constructor(writer, error, describer) {
+    let detail;
+    try {
+      detail = describer.describeError(error);
+    } catch (e) {
+      // Only a broken component gets here: keep the typed value, say describe failed.
+      detail = `${error.tag} ${valueText(error.val)} (the component could not describe it: ${e?.message ?? e})`;
+    }
+    super(error.tag, `writer ${writer}: ${detail}`);
     this.name = 'WriterError';
     /** @type {string} */
     this.writer = writer;
-    /** @type {string} */
+    /** The case's typed payload (see the class comment). */
+    this.fields = error.val;
+    /** @type {string} the component's description, without the writer's name */
     this.detail = detail;
+  }
+
+  /** @returns {WriterErrorValue} the whole WIT value, `{tag: kind, val: fields}` */
+  get value() {
+    return { tag: this.kind, val: this.fields };
   }
 }
 

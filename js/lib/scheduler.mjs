@@ -375,7 +375,11 @@ export class Scheduler {
    * Accepts a task of `writer` (called from the writer's `schedule` import). Never
    * uploads or delivers on the caller's path. A `background` task (a pre-emptive upload,
    * which no checkpoint waits for) waits for company in its batch whatever its size.
-   * @returns {string|null} why the task was refused, or null
+   * @returns {'storage-closed'|null} why the task was refused (the WIT `refusal` the
+   *   writer's `schedule` import answers), or null. Node never waits for in-flight
+   *   capacity inside `schedule` (see `ChangelogStorage.available`), so the
+   *   refusals of a wait, `writer-closed` and `interrupted`, never arise here.
+   * @throws whatever else failed (a defect, not a refusal)
    */
   submit(writer, task, background = false) {
     let size = 0;
@@ -385,9 +389,11 @@ export class Scheduler {
     try {
       const push = background ? this.batcher.pushBackground : this.batcher.push;
       step = push.call(this.batcher, BigInt(number), BigInt(size), now());
-    } catch (refusal) {
-      // The batcher closed: it says why.
-      return errorMessage(refusal);
+    } catch (e) {
+      // The batcher's `err` (jco throws it as its string) means one thing: it closed,
+      // with the storage. Anything else (a trap of the rules instance) is no refusal.
+      if (typeof e === 'string') return 'storage-closed';
+      throw e;
     }
     this.throttle.add(size);
     this.queued.set(number, { writer, task, size, done: this.outstanding.start() });

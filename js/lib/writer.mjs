@@ -15,7 +15,7 @@
 //   the caller references are released, and every later call fails with the same error.
 
 import { META_KEY_GROUP } from './reader.mjs';
-import { InvalidArgumentError, TrappedError, WriterError } from './errors.mjs';
+import { InvalidArgumentError, isWriterErrorValue, TrappedError, WriterError } from './errors.mjs';
 import { bytes, describe, I32_MAX, i32, s64, u64 } from './args.mjs';
 import { IMPORT_KEYS } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
@@ -31,9 +31,11 @@ function budget(b) {
   return { bytes: Number(b.bytes), changes: b.changes, aloneAt: b.aloneAt };
 }
 
-function isWriterErrorPayload(e) {
-  return e !== null && typeof e === 'object' && !(e instanceof Error) && typeof e.tag === 'string' && typeof e.val === 'string';
-}
+/** The refusals of the WIT `uploader.schedule` import (`enum refusal`). */
+const REFUSALS = new Set(['storage-closed', 'writer-closed', 'interrupted']);
+
+/** The WIT `writer-error` of a writer the host dropped (before a call, or before a persist completed). */
+const DROPPED = Object.freeze({ tag: 'closed', val: Object.freeze({ tag: 'dropped' }) });
 
 /** Packed columns of buffered appends, as many as a fresh `budget` allows. */
 class Batch {
@@ -77,7 +79,8 @@ class Batch {
 /**
  * One operator's writer. Create it with {@link ChangelogStorage#createWriter}. Every
  * method is synchronous except that `persist` returns a Promise of the snapshot;
- * precondition violations throw a {@link WriterError} whose `kind` is the WIT error case.
+ * precondition violations throw a {@link WriterError} whose `kind` is the WIT error case
+ * and `fields` its typed payload.
  * Sequence numbers and checkpoint ids are BigInts (numbers that are safe integers are
  * accepted as arguments).
  */
@@ -159,7 +162,7 @@ export class Writer {
       ...wasiImports(this.#capture),
       [IMPORT_KEYS.uploader]: {
         schedule: (task) => {
-          let cause;
+          let refusal;
           try {
             // A block comes in pieces (large values apart from their headers): the
             // uploader writes whole blocks.
@@ -168,12 +171,22 @@ export class Writer {
               changeSet.block = pieces.length === 1 ? pieces[0] : Buffer.concat(pieces);
               changeSet.pieces = null;
             }
-            cause = storage.scheduler.submit(this, task, !this.#persisting);
+            refusal = storage.scheduler.submit(this, task, !this.#persisting);
           } catch (e) {
-            cause = `the scheduler failed: ${e?.message ?? e}`;
+            // A defect of the host, not a refusal: as a panic in the Rust host's
+            // scheduler, it fails this writer alone once the call returns (a
+            // `TrappedError`); the guest is told nothing, its state dies with it.
+            this.#fault ??= `the host's schedule import failed: ${e?.message ?? e}`;
+            return;
           }
-          // jco turns a thrown non-Error value into the `err` case of the result.
-          if (cause) throw String(cause);
+          if (refusal === null) return;
+          if (!REFUSALS.has(refusal)) {
+            this.#fault ??= `the host's schedule import failed: the scheduler refused the task with ${describe(refusal)}, not a refusal`;
+            return;
+          }
+          // jco turns a thrown non-Error value into the `err` case of the result: the
+          // WIT `refusal` enum, which the guest words (`upload-failed`, `refused`).
+          throw refusal;
         },
       },
       [IMPORT_KEYS.registry]: {
@@ -244,7 +257,7 @@ export class Writer {
     // A value the format cannot hold never enters the sandbox, not even to be refused:
     // copying it there could exhaust the writer's memory and trap it.
     if (value.length > I32_MAX) {
-      throw new WriterError(this.name, 'invalid-argument', `value of ${value.length} bytes exceeds the format's limit of ${I32_MAX} bytes`);
+      throw this.#writerError({ tag: 'invalid-argument', val: { tag: 'value-too-long', val: BigInt(value.length) } });
     }
     if (this.#closed || !valid) {
       this.#callWith(direct);
@@ -284,7 +297,7 @@ export class Writer {
     try {
       this.#hold(live.resource.appendBatch(keyGroups, lengths, data));
     } catch (e) {
-      if (isWriterErrorPayload(e)) {
+      if (isWriterErrorValue(e)) {
         this.#give();
         this.#budget = budget(this.#handOff.handedOver({ tag: 'err', val: e }));
       }
@@ -358,7 +371,7 @@ export class Writer {
         }
         this.#hold(PERSISTED);
       } catch (e) {
-        if (isWriterErrorPayload(e)) {
+        if (isWriterErrorValue(e)) {
           this.#give();
           this.#budget = budget(this.#handOff.persisted(e));
         }
@@ -444,8 +457,7 @@ export class Writer {
     if (!this.#live) return;
     this.#dropInstance();
     this.#storage.ownership.releaseUnreturned(this.id, this.#holdings);
-    const error = new WriterError(this.name, 'closed', `writer ${this.name} was dropped before the persist completed`);
-    this.#rejectAll(error);
+    this.#rejectAll(this.#writerError(DROPPED));
     this.#drain();
   }
 
@@ -502,7 +514,7 @@ export class Writer {
     let cause = null;
     if (this.#fault) {
       cause = this.#fault;
-    } else if (threw && !isWriterErrorPayload(thrown)) {
+    } else if (threw && !isWriterErrorValue(thrown)) {
       cause = this.#describeTrap(thrown, live);
     } else if (elapsed > this.#options.callTimeoutMs) {
       cause =
@@ -513,7 +525,7 @@ export class Writer {
       this.#poison(cause, live);
       throw this.#trappedError();
     }
-    if (threw) throw new WriterError(this.name, thrown.tag, thrown.val);
+    if (threw) throw this.#writerError(thrown);
     return value;
   }
 
@@ -560,7 +572,16 @@ export class Writer {
 
   #trappedError() {
     if (this.#failure !== null) return new TrappedError(this.name, this.#failure);
-    return new WriterError(this.name, 'closed', `writer ${this.name} was dropped`);
+    return this.#writerError(DROPPED);
+  }
+
+  /**
+   * A WIT `writer-error` value as this writer's {@link WriterError}, in the component's
+   * words (`errors.describe`, asked of the storage's codec instance: never this writer's
+   * own, which may be gone or trapped).
+   */
+  #writerError(error) {
+    return new WriterError(this.name, error, this.#storage.codec);
   }
 
   /**
@@ -592,7 +613,7 @@ export class Writer {
       if (outcome.tag === 'ok') {
         waiter.resolve(outcome.val);
       } else {
-        waiter.reject(new WriterError(this.name, outcome.val.tag, outcome.val.val));
+        waiter.reject(this.#writerError(outcome.val));
       }
     }
   }

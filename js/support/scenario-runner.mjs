@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
-import { ChangelogStorage, Config, DstlError, LocalStore, parseDuration, parseMemory } from '../lib/index.mjs';
+import { ChangelogStorage, Config, DstlError, LocalStore, parseDuration, parseMemory, WriterError } from '../lib/index.mjs';
 import { REPO_ROOT } from './repo.mjs';
 
 export const SCENARIO_DIR = resolve(REPO_ROOT, 'tests', 'scenarios');
@@ -168,6 +168,11 @@ function checkError(error, expect, what) {
   if (!(error instanceof DstlError)) throw new Error(`${what}: expected a ${expect.error} error, got ${error?.stack ?? error}`);
   assert.equal(error.kind, expect.error, `${what}: error kind (${error.message})`);
   const detail = error.detail ?? error.message;
+  if (error instanceof WriterError) {
+    // The typed WIT payload behind it, and the display every host prints around its words.
+    assert.ok(error.fields !== null && typeof error.fields === 'object', `${what}: typed fields ${error.fields}`);
+    assert.equal(error.message, `writer ${error.writer}: ${detail}`, `${what}: display`);
+  }
   if (expect.message !== undefined) assert.equal(detail, expect.message, `${what}: message`);
   for (const text of texts(expect.contains)) assert.ok(detail.includes(text), `${what}: ${JSON.stringify(detail)} does not contain ${JSON.stringify(text)}`);
   if (expect.starts_with !== undefined) assert.ok(detail.startsWith(expect.starts_with), `${what}: ${JSON.stringify(detail)} does not start with ${JSON.stringify(expect.starts_with)}`);

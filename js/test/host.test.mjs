@@ -326,12 +326,75 @@ describe('the JS API', () => {
     w.append(1, Buffer.from('x'));
     const pending = w.persist(0, 1);
     w.dispose();
-    await assert.rejects(pending, (e) => e instanceof WriterError && e.kind === 'closed' && e.message.includes('dropped before the persist completed'));
-    assert.throws(() => w.append(1, Buffer.from('y')), (e) => e.kind === 'closed');
+    // Typed: the WIT `closed(dropped)`, in the component's words (`errors.describe`).
+    await assert.rejects(pending, (e) => {
+      assert.ok(e instanceof WriterError);
+      assert.equal(e.kind, 'closed');
+      assert.deepEqual(e.fields, { tag: 'dropped' });
+      assert.equal(e.detail, 'the writer was dropped');
+      assert.equal(e.message, 'writer op: the writer was dropped');
+      return true;
+    });
+    assert.throws(() => w.append(1, Buffer.from('y')), (e) => e.kind === 'closed' && e.fields.tag === 'dropped' && e.message === 'writer op: the writer was dropped');
     await storage.idle();
     assert.deepEqual(readdirSync(storage.config.jobDir()), []);
     assert.equal(storage.ownership.tracked(), 0);
     await storage.close();
+  });
+
+  test('writer errors carry the typed WIT payload; their words are the component\'s errors.describe', async () => {
+    const storage = await open();
+    const w = storage.createWriter('op', { start: 0, end: 7 });
+    const typed = (kind, fields, detail) => (e) => {
+      assert.ok(e instanceof WriterError, `${e?.stack ?? e}`);
+      assert.equal(e.kind, kind);
+      assert.deepEqual(e.fields, fields);
+      assert.deepEqual(e.value, { tag: kind, val: fields });
+      assert.equal(e.detail, detail);
+      assert.equal(e.message, `writer op: ${detail}`);
+      return true;
+    };
+    assert.throws(() => w.persist(5, 1), typed('not-yet-appended', { requested: 5n, appended: 0n }, 'Requested changes were not yet appended (requested: 5, appended: 0)'));
+    assert.throws(
+      () => w.append(8, Buffer.from('x')),
+      typed('invalid-argument', { tag: 'outside-range', val: { keyGroup: 8, range: { start: 0, end: 7 } } }, "key group 8 is outside the writer's key-group range [0, 7]"),
+    );
+    assert.throws(() => w.truncate(3), typed('invalid-argument', { tag: 'truncate-beyond', val: { to: 3n, active: 0n } }, 'Cannot truncate to 3: it is beyond the active sequence number 0'));
+    w.close();
+    assert.throws(() => w.append(1, Buffer.from('x')), typed('closed', { tag: 'after-close', val: 'append' }, 'append after the writer was closed'));
+    assert.throws(() => w.close(), typed('closed', { tag: 'after-close', val: 'close' }, 'close after the writer was closed'));
+    // What the host words itself goes through the same export: a value longer than the
+    // format holds (never copied into the sandbox) is `invalid-argument(value-too-long)`.
+    const tooLong = { tag: 'invalid-argument', val: { tag: 'value-too-long', val: 2n ** 31n } };
+    assert.equal(storage.codec.describeError(tooLong), "value of 2147483648 bytes exceeds the format's limit of 2147483647 bytes");
+    await storage.close();
+  });
+
+  test('a task the closed storage refuses is the typed refusal storage-closed; a failing scheduler fails its writer alone', async () => {
+    const storage = await open();
+    const w = storage.createWriter('w', RANGE);
+    w.append(0, Buffer.from('late'));
+    const broken = storage.createWriter('broken', RANGE);
+    broken.append(0, Buffer.from('x'));
+    const submit = storage.scheduler.submit;
+    storage.scheduler.submit = () => {
+      throw new Error('injected scheduler defect');
+    };
+    // Not a refusal: the writer fails as a trapped one (the Rust host's panic), with the cause.
+    assert.throws(() => broken.persist(0, 1), (e) => e instanceof TrappedError && e.detail.includes("the host's schedule import failed: injected scheduler defect"));
+    assert.throws(() => broken.append(1, Buffer.from('y')), TrappedError);
+    storage.scheduler.submit = submit;
+    await storage.close();
+    assert.throws(
+      () => w.persist(0, 1),
+      (e) =>
+        e instanceof WriterError &&
+        e.kind === 'upload-failed' &&
+        e.fields.tag === 'refused' &&
+        e.fields.val.refusal === 'storage-closed' &&
+        Array.from(e.fields.val.changeSets).join() === '0' &&
+        e.message === 'writer w: the uploader refused change sets [0]: the changelog storage is closed',
+    );
   });
 
   test('upload outcomes are delivered after the call that scheduled them returns', async () => {

@@ -17,7 +17,7 @@
 //! The kinds of methods: inputs ([`HandOff::append`], [`HandOff::handed_over`],
 //! [`HandOff::rolled_over`], [`HandOff::persisted`]), whose return values are the
 //! outputs, and queries ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which
-//! a call per append is dear (one across WIT) reads the [`Budget`] after each hand-off and
+//! a call per append is dear (one across WIT or JNI) reads the [`Budget`] after each hand-off and
 //! counts down.
 
 use crate::types::WriterError;
@@ -49,6 +49,16 @@ pub struct Budget {
     pub changes: u32,
     /// A value of this many bytes or more goes alone, after what is buffered.
     pub alone_at: u32,
+}
+
+impl Budget {
+    /// The largest budget any writer gives: what a host's batch buffers must hold (values
+    /// of `alone_at` bytes and more are never buffered).
+    pub const MOST: Budget = Budget {
+        bytes: MAX_BYTES as u64,
+        changes: MAX_CHANGES as u32,
+        alone_at: MAX_BYTES as u32,
+    };
 }
 
 /// The hand-off state of one writer's append buffer.
@@ -138,7 +148,7 @@ impl HandOff {
                 .saturating_sub(self.open)
                 .min(MAX_BYTES.saturating_sub(self.bytes) as u64),
             changes: MAX_CHANGES.saturating_sub(self.changes) as u32,
-            alone_at: MAX_BYTES as u32,
+            alone_at: Budget::MOST.alone_at,
         }
     }
 }
@@ -146,6 +156,18 @@ impl HandOff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{AlreadyFailed, InvalidArgument, UploadFailure};
+
+    fn already_failed() -> WriterError {
+        WriterError::AlreadyFailed(AlreadyFailed {
+            failed: 0,
+            cause: UploadFailure::Failed("refused".into()),
+        })
+    }
+
+    fn malformed() -> WriterError {
+        WriterError::InvalidArgument(InvalidArgument::ValueTooLong(u64::MAX))
+    }
 
     #[test]
     fn a_batch_is_handed_over_exactly_at_the_threshold() {
@@ -180,13 +202,13 @@ mod tests {
     fn a_refused_upload_leaves_the_set_over_the_threshold_and_a_rollover_empties_it() {
         let mut h = HandOff::new(100);
         h.append(100);
-        h.handed_over(Err(&WriterError::AlreadyFailed("x".into())));
+        h.handed_over(Err(&already_failed()));
         assert_eq!(
             h.append(1),
             Append::BufferAndHandOver,
             "the next append tries again"
         );
-        h.handed_over(Err(&WriterError::InvalidArgument("bad batch".into())));
+        h.handed_over(Err(&malformed()));
         assert_eq!(
             h.open_bytes(),
             u64::MAX,
@@ -203,7 +225,7 @@ mod tests {
         for open in [10, 120, 0, 40] {
             every.handed_over(Ok(open));
         }
-        every.handed_over(Err(&WriterError::AlreadyFailed("refused".into())));
+        every.handed_over(Err(&already_failed()));
         every.handed_over(Ok(70));
         latest.handed_over(Ok(70));
         assert_eq!(every.budget(), latest.budget());
@@ -224,9 +246,17 @@ mod tests {
     fn a_persist_rolls_over_unless_a_precondition_failed() {
         let mut h = HandOff::new(100);
         h.append(50);
-        h.persisted(Some(&WriterError::InvalidRange("from 7 > 3".into())));
+        h.persisted(Some(&WriterError::InvalidRange(
+            crate::error::InvalidRange {
+                start: 7,
+                end: 3,
+                active: 3,
+            },
+        )));
         assert_eq!(h.open_bytes(), 50);
-        h.persisted(Some(&WriterError::UploadFailed("disk".into())));
+        h.persisted(Some(&WriterError::UploadFailed(UploadFailure::Failed(
+            "disk".into(),
+        ))));
         assert_eq!(h.open_bytes(), 0);
         h.append(50);
         h.persisted(None);
@@ -253,7 +283,7 @@ mod tests {
                         rule.handed_over(open);
                         counted.handed_over(open);
                     }
-                    let malformed = WriterError::InvalidArgument("malformed".into());
+                    let malformed = malformed();
                     rule.handed_over(Err(&malformed));
                     counted.handed_over(Err(&malformed));
                     (budget, bytes, changes) = (counted.budget(), 0, 0);
@@ -279,7 +309,7 @@ mod tests {
                 // The writer answers: an open count (empty after a pre-emptive upload), a
                 // refused upload, or it rolls over next.
                 let open = rule.open_bytes();
-                let refused = WriterError::AlreadyFailed("refused".into());
+                let refused = already_failed();
                 let answer = match what {
                     0 => Err(&refused),
                     _ if open >= threshold => Ok(0),

@@ -27,6 +27,7 @@
 
 pub mod batch;
 pub mod codec;
+pub mod error;
 pub mod handoff;
 pub mod lease;
 pub mod manifest;

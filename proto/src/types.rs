@@ -73,43 +73,7 @@ pub struct SnapshotResult {
     pub local: Option<ChangelogHandle>,
 }
 
-/// Precondition violations and failed persists, each with a message naming the values.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WriterError {
-    /// The writer was closed (`close`, `truncate-and-close`) or dropped: any later call
-    /// but `confirm` and `reset` fails with it, and so do the persists still pending when
-    /// it closed.
-    #[error("closed: {0}")]
-    Closed(String),
-    /// `persist(from, ..)` with `from` below the point `truncate` dropped changes to:
-    /// they are gone.
-    #[error("{0}")]
-    Truncated(String),
-    /// `persist(from, ..)` with `from` beyond the current sequence number: nothing was
-    /// appended there yet.
-    #[error("{0}")]
-    NotYetAppended(String),
-    /// `persist(from, ..)` (or an append reaching the pre-emptive threshold) when the
-    /// upload of a change set at or above `from` failed earlier: that range can never
-    /// become durable; the checkpoint must start from a later materialization.
-    #[error("{0}")]
-    AlreadyFailed(String),
-    /// `confirm` or `reset` with `from > to`, or a bound beyond the current sequence
-    /// number.
-    #[error("{0}")]
-    InvalidRange(String),
-    /// An argument out of its domain: a key group outside the writer's range (or
-    /// negative for a data change), a value longer than `i32::MAX` bytes, a malformed
-    /// packed batch, `truncate` beyond the current sequence number, a bad key-group range
-    /// at creation.
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// A pending persist whose range holds a change set whose upload failed for good
-    /// (after the retry policy's attempts), or a persist whose upload the uploader refused
-    /// (the storage is closing); the message carries the upload's error.
-    #[error("upload failed: {0}")]
-    UploadFailed(String),
-}
+pub use crate::error::WriterError;
 
 /// What a writer is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]

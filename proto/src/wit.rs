@@ -7,6 +7,7 @@
 /// `dstl_proto::types` and the generated types of the WIT `types` interface, which must
 /// be in scope as the module `$wit`: stream handles, key-group ranges, writer
 /// configurations, upload results, changelog handles, snapshot results, writer errors,
+/// the uploader's refusals,
 /// persist replies and persist completions. A side uses the directions it needs.
 #[macro_export]
 macro_rules! wit_conversions {
@@ -149,16 +150,30 @@ macro_rules! wit_conversions {
 
         #[allow(dead_code)]
         pub(crate) fn from_wit_error(e: $wit::WriterError) -> $crate::types::WriterError {
-            use $crate::types::WriterError as D;
-            use $wit::WriterError as W;
+            use $crate::wit::domain as D;
+            use $wit as W;
             $crate::map_writer_error!(e, W => D)
         }
 
         #[allow(dead_code)]
         pub(crate) fn to_wit_error(e: $crate::types::WriterError) -> $wit::WriterError {
-            use $crate::types::WriterError as D;
-            use $wit::WriterError as W;
+            use $crate::wit::domain as D;
+            use $wit as W;
             $crate::map_writer_error!(e, D => W)
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn from_wit_refusal(r: $wit::Refusal) -> $crate::error::Refusal {
+            use $crate::wit::domain as D;
+            use $wit as W;
+            $crate::map_refusal!(r, W => D)
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn to_wit_refusal(r: $crate::error::Refusal) -> $wit::Refusal {
+            use $crate::wit::domain as D;
+            use $wit as W;
+            $crate::map_refusal!(r, D => W)
         }
 
         #[allow(dead_code)]
@@ -207,21 +222,137 @@ macro_rules! wit_conversions {
     };
 }
 
-/// Maps writer error `$e` from enum `$from` to enum `$to`, which have the same variants
-/// (`dstl_proto::types::WriterError` and the generated one): the variants are listed
-/// here once, for both directions of [`wit_conversions!`].
+/// The domain's names for the types of the WIT `writer-error`, gathered in one module as
+/// the generated bindings have them, so [`map_writer_error!`] names both sides alike.
+#[doc(hidden)]
+pub mod domain {
+    pub use crate::error::*;
+    pub use crate::types::KeyGroupRange;
+}
+
+/// Maps writer error `$e` from module `$f`'s types to module `$t`'s, which have the same
+/// names, cases and fields (`dstl_proto::wit::domain` and the generated bindings): the
+/// shapes are listed here once, for both directions of [`wit_conversions!`].
 #[doc(hidden)]
 #[macro_export]
 macro_rules! map_writer_error {
-    ($e:expr, $from:ident => $to:ident) => {
+    ($e:expr, $f:ident => $t:ident) => {
         match $e {
-            $from::Closed(m) => $to::Closed(m),
-            $from::Truncated(m) => $to::Truncated(m),
-            $from::NotYetAppended(m) => $to::NotYetAppended(m),
-            $from::AlreadyFailed(m) => $to::AlreadyFailed(m),
-            $from::InvalidRange(m) => $to::InvalidRange(m),
-            $from::InvalidArgument(m) => $to::InvalidArgument(m),
-            $from::UploadFailed(m) => $to::UploadFailed(m),
+            $f::WriterError::Closed(c) => $t::WriterError::Closed(match c {
+                $f::Closed::AfterClose(op) => $t::Closed::AfterClose(match op {
+                    $f::Operation::Append => $t::Operation::Append,
+                    $f::Operation::AppendBatch => $t::Operation::AppendBatch,
+                    $f::Operation::AppendMeta => $t::Operation::AppendMeta,
+                    $f::Operation::Persist => $t::Operation::Persist,
+                    $f::Operation::Truncate => $t::Operation::Truncate,
+                    $f::Operation::TruncateAndClose => $t::Operation::TruncateAndClose,
+                    $f::Operation::Close => $t::Operation::Close,
+                }),
+                $f::Closed::WhilePersisting($f::PendingPersist {
+                    start,
+                    end,
+                    checkpoint,
+                }) => $t::Closed::WhilePersisting($t::PendingPersist {
+                    start,
+                    end,
+                    checkpoint,
+                }),
+                $f::Closed::Dropped => $t::Closed::Dropped,
+            }),
+            $f::WriterError::Truncated($f::Truncated {
+                requested,
+                truncated,
+            }) => $t::WriterError::Truncated($t::Truncated {
+                requested,
+                truncated,
+            }),
+            $f::WriterError::NotYetAppended($f::NotYetAppended {
+                requested,
+                appended,
+            }) => $t::WriterError::NotYetAppended($t::NotYetAppended {
+                requested,
+                appended,
+            }),
+            $f::WriterError::AlreadyFailed($f::AlreadyFailed { failed, cause }) => {
+                $t::WriterError::AlreadyFailed($t::AlreadyFailed {
+                    failed,
+                    cause: $crate::map_upload_failure!(cause, $f => $t),
+                })
+            }
+            $f::WriterError::InvalidRange($f::InvalidRange { start, end, active }) => {
+                $t::WriterError::InvalidRange($t::InvalidRange { start, end, active })
+            }
+            $f::WriterError::InvalidArgument(a) => $t::WriterError::InvalidArgument(match a {
+                $f::InvalidArgument::NegativeKeyGroup(k) => $t::InvalidArgument::NegativeKeyGroup(k),
+                $f::InvalidArgument::NegativeBatchKeyGroup(k) => {
+                    $t::InvalidArgument::NegativeBatchKeyGroup(k)
+                }
+                $f::InvalidArgument::OutsideRange($f::OutsideRange { key_group, range }) => {
+                    $t::InvalidArgument::OutsideRange($t::OutsideRange {
+                        key_group,
+                        range: $t::KeyGroupRange {
+                            start: range.start,
+                            end: range.end,
+                        },
+                    })
+                }
+                $f::InvalidArgument::ValueTooLong(n) => $t::InvalidArgument::ValueTooLong(n),
+                $f::InvalidArgument::BatchColumns($f::BatchColumns { key_groups, lengths }) => {
+                    $t::InvalidArgument::BatchColumns($t::BatchColumns {
+                        key_groups,
+                        lengths,
+                    })
+                }
+                $f::InvalidArgument::BatchLengths($f::BatchLengths { total, data }) => {
+                    $t::InvalidArgument::BatchLengths($t::BatchLengths { total, data })
+                }
+                $f::InvalidArgument::TruncateBeyond($f::TruncateBeyond { to, active }) => {
+                    $t::InvalidArgument::TruncateBeyond($t::TruncateBeyond { to, active })
+                }
+                $f::InvalidArgument::KeyGroupRange(r) => {
+                    $t::InvalidArgument::KeyGroupRange($t::KeyGroupRange {
+                        start: r.start,
+                        end: r.end,
+                    })
+                }
+            }),
+            $f::WriterError::UploadFailed(cause) => {
+                $t::WriterError::UploadFailed($crate::map_upload_failure!(cause, $f => $t))
+            }
+        }
+    };
+}
+
+/// Maps an upload failure between modules, as [`map_writer_error!`] does writer errors.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_upload_failure {
+    ($e:expr, $f:ident => $t:ident) => {
+        match $e {
+            $f::UploadFailure::Refused($f::Refused {
+                change_sets,
+                refusal,
+            }) => $t::UploadFailure::Refused($t::Refused {
+                change_sets,
+                refusal: $crate::map_refusal!(refusal, $f => $t),
+            }),
+            $f::UploadFailure::NoResult($f::NoResult { task, change_sets }) => {
+                $t::UploadFailure::NoResult($t::NoResult { task, change_sets })
+            }
+            $f::UploadFailure::Failed(text) => $t::UploadFailure::Failed(text),
+        }
+    };
+}
+
+/// Maps an uploader's refusal between modules, as [`map_writer_error!`] does writer errors.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_refusal {
+    ($e:expr, $f:ident => $t:ident) => {
+        match $e {
+            $f::Refusal::StorageClosed => $t::Refusal::StorageClosed,
+            $f::Refusal::WriterClosed => $t::Refusal::WriterClosed,
+            $f::Refusal::Interrupted => $t::Refusal::Interrupted,
         }
     };
 }

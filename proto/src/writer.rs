@@ -8,12 +8,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::codec::{Block, ChangeSetBuilder, META_KEY_GROUP};
+use crate::error::*;
 use crate::types::*;
 
 /// Everything the writer asks of its environment.
 pub trait Effects {
     /// Queues an upload; `Err` means it was not accepted and no outcome will follow.
-    fn schedule(&mut self, task: UploadTask<Block>) -> Result<(), String>;
+    fn schedule(&mut self, task: UploadTask<Block>) -> Result<(), Refusal>;
     /// The writer no longer needs one change set in this file.
     fn release(&mut self, handle: &StreamHandle);
     /// Ownership of this file moved to a confirmed checkpoint.
@@ -27,23 +28,13 @@ pub trait Effects {
 }
 
 impl WriterConfig {
-    /// The error of an operation on a closed writer. Flink ignores appends after close
-    /// with a warning (FLINK-30729) and returns persists that never complete (F1); a
-    /// typed error tells the caller.
-    pub fn closed_error(&self, operation: &str) -> WriterError {
-        WriterError::Closed(format!(
-            "{operation} on writer {} after it was closed",
-            self.name
-        ))
-    }
-
     /// Checks a data change (key group -1 is refused: metadata goes through append-meta).
     /// Shared with the host, which validates appends it buffers before they reach here.
     pub fn check_change(&self, key_group: i32, len: usize) -> Result<(), WriterError> {
         if key_group < 0 {
-            return Err(WriterError::InvalidArgument(format!(
-                "key group {key_group} is negative; metadata changes go through append-meta"
-            )));
+            return Err(WriterError::InvalidArgument(
+                InvalidArgument::NegativeKeyGroup(key_group),
+            ));
         }
         self.check_in_range(key_group)?;
         Self::check_length(len)
@@ -52,9 +43,8 @@ impl WriterConfig {
     fn check_in_range(&self, key_group: i32) -> Result<(), WriterError> {
         let range = self.key_group_range;
         if key_group != META_KEY_GROUP && !range.contains(key_group) {
-            return Err(WriterError::InvalidArgument(format!(
-                "key group {key_group} is outside the key-group range [{}, {}] of writer {}",
-                range.start, range.end, self.name
+            return Err(WriterError::InvalidArgument(InvalidArgument::OutsideRange(
+                OutsideRange { key_group, range },
             )));
         }
         Ok(())
@@ -63,9 +53,8 @@ impl WriterConfig {
     /// Checks a value's length against the format's `i32` lengths.
     pub fn check_length(len: usize) -> Result<(), WriterError> {
         if len > i32::MAX as usize {
-            return Err(WriterError::InvalidArgument(format!(
-                "value of {len} bytes exceeds the format's limit of {} bytes",
-                i32::MAX
+            return Err(WriterError::InvalidArgument(InvalidArgument::ValueTooLong(
+                len as u64,
             )));
         }
         Ok(())
@@ -119,7 +108,7 @@ pub struct Writer {
     retained: BTreeMap<SequenceNumber, UploadResult>,
     in_flight: HashMap<u64, InFlight>,
     listeners: Vec<Listener>,
-    highest_failed: Option<(SequenceNumber, String)>,
+    highest_failed: Option<(SequenceNumber, UploadFailure)>,
     closed: bool,
     next_ticket: u64,
     next_task: u64,
@@ -129,7 +118,9 @@ impl Writer {
     /// A new writer at sequence number 0.
     pub fn new(config: WriterConfig) -> Result<Self, WriterError> {
         crate::writer_request::check_key_group_range(&config.name, config.key_group_range)
-            .map_err(|e| WriterError::InvalidArgument(e.to_string()))?;
+            .map_err(|_| {
+                WriterError::InvalidArgument(InvalidArgument::KeyGroupRange(config.key_group_range))
+            })?;
         Ok(Self {
             config,
             active_sqn: 0,
@@ -165,9 +156,9 @@ impl Writer {
         self.active_sqn
     }
 
-    fn ensure_open(&self, operation: &str) -> Result<(), WriterError> {
+    fn ensure_open(&self, operation: Operation) -> Result<(), WriterError> {
         if self.closed {
-            return Err(self.config.closed_error(operation));
+            return Err(WriterError::Closed(Closed::AfterClose(operation)));
         }
         Ok(())
     }
@@ -191,7 +182,7 @@ impl Writer {
         key_group: i32,
         value: &[u8],
     ) -> Result<(), WriterError> {
-        self.ensure_open("append")?;
+        self.ensure_open(Operation::Append)?;
         self.check_data_key_group(key_group)?;
         Self::check_length(value.len())?;
         self.push(fx, key_group, value)
@@ -199,7 +190,7 @@ impl Writer {
 
     /// Appends a metadata change.
     pub fn append_meta(&mut self, fx: &mut impl Effects, value: &[u8]) -> Result<(), WriterError> {
-        self.ensure_open("append-meta")?;
+        self.ensure_open(Operation::AppendMeta)?;
         Self::check_length(value.len())?;
         self.push(fx, META_KEY_GROUP, value)
     }
@@ -253,25 +244,29 @@ impl Writer {
         lengths: &[u32],
         data_len: usize,
     ) -> Result<(), WriterError> {
-        self.ensure_open("append-batch")?;
+        self.ensure_open(Operation::AppendBatch)?;
         if key_groups.len() != lengths.len() {
-            return Err(WriterError::InvalidArgument(format!(
-                "packed batch has {} key groups but {} lengths",
-                key_groups.len(),
-                lengths.len()
+            return Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
+                BatchColumns {
+                    key_groups: key_groups.len() as u64,
+                    lengths: lengths.len() as u64,
+                },
             )));
         }
         let total: u64 = lengths.iter().map(|&l| l as u64).sum();
         if total != data_len as u64 {
-            return Err(WriterError::InvalidArgument(format!(
-                "packed batch lengths add up to {total} bytes but data holds {data_len}"
+            return Err(WriterError::InvalidArgument(InvalidArgument::BatchLengths(
+                BatchLengths {
+                    total,
+                    data: data_len as u64,
+                },
             )));
         }
         for (&key_group, &len) in key_groups.iter().zip(lengths) {
             if key_group < META_KEY_GROUP {
-                return Err(WriterError::InvalidArgument(format!(
-                    "key group {key_group} in packed batch is negative (only -1, metadata, is allowed)"
-                )));
+                return Err(WriterError::InvalidArgument(
+                    InvalidArgument::NegativeBatchKeyGroup(key_group),
+                ));
             }
             self.check_in_range(key_group)?;
             Self::check_length(len as usize)?;
@@ -341,7 +336,7 @@ impl Writer {
         from: SequenceNumber,
         checkpoint: CheckpointId,
     ) -> Result<PersistReply, WriterError> {
-        self.ensure_open("persist")?;
+        self.ensure_open(Operation::Persist)?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         match self.persist_internal(fx, from, checkpoint, Some(ticket))? {
@@ -360,21 +355,22 @@ impl Writer {
         if let Some((failed, cause)) = &self.highest_failed
             && *failed >= from
         {
-            return Err(WriterError::AlreadyFailed(format!(
-                "The upload for {failed} has already failed previously (cause: {cause})"
-            )));
+            return Err(WriterError::AlreadyFailed(AlreadyFailed {
+                failed: *failed,
+                cause: cause.clone(),
+            }));
         }
         if self.lowest_sqn > from {
-            return Err(WriterError::Truncated(format!(
-                "Requested changes were truncated (requested: {from}, truncated: {})",
-                self.lowest_sqn
-            )));
+            return Err(WriterError::Truncated(Truncated {
+                requested: from,
+                truncated: self.lowest_sqn,
+            }));
         }
         if self.active_sqn < from {
-            return Err(WriterError::NotYetAppended(format!(
-                "Requested changes were not yet appended (requested: {from}, appended: {})",
-                self.active_sqn
-            )));
+            return Err(WriterError::NotYetAppended(NotYetAppended {
+                requested: from,
+                appended: self.active_sqn,
+            }));
         }
         self.rollover();
         let to_upload = self.not_uploaded.split_off(&from);
@@ -421,16 +417,16 @@ impl Writer {
                     checkpoint,
                 },
             );
-            if let Err(cause) = fx.schedule(task) {
+            if let Err(refusal) = fx.schedule(task) {
                 // Not accepted: the change sets are gone, exactly as if the upload failed.
                 self.in_flight.remove(&id);
                 if ticket.is_some() {
                     self.listeners.pop();
                 }
-                let cause = format!(
-                    "the uploader refused change sets {:?} of writer {}: {cause}",
-                    sequence_numbers, self.config.name
-                );
+                let cause = UploadFailure::Refused(Refused {
+                    change_sets: sequence_numbers.clone(),
+                    refusal,
+                });
                 self.record_failure(&sequence_numbers, &cause);
                 return Err(WriterError::UploadFailed(cause));
             }
@@ -589,8 +585,10 @@ impl Writer {
             .collect();
         let mut completions = Vec::new();
         if !missing.is_empty() {
-            let cause =
-                format!("the upload of task {task} returned no result for change sets {missing:?}");
+            let cause = UploadFailure::NoResult(NoResult {
+                task,
+                change_sets: missing.clone(),
+            });
             fx.log(
                 Level::Warn,
                 &format!("writer {}: {cause}", self.config.name),
@@ -687,16 +685,23 @@ impl Writer {
                 self.config.name, in_flight.sequence_numbers
             ),
         );
-        self.record_failure(&in_flight.sequence_numbers, cause)
+        self.record_failure(
+            &in_flight.sequence_numbers,
+            &UploadFailure::Failed(cause.to_string()),
+        )
     }
 
-    fn record_failure(&mut self, sqns: &[SequenceNumber], cause: &str) -> Vec<PersistCompletion> {
+    fn record_failure(
+        &mut self,
+        sqns: &[SequenceNumber],
+        cause: &UploadFailure,
+    ) -> Vec<PersistCompletion> {
         let mut completions = Vec::new();
         self.listeners.retain(|listener| {
             if sqns.iter().any(|&s| listener.wants(s)) {
                 completions.push(PersistCompletion {
                     ticket: listener.ticket,
-                    outcome: Err(WriterError::UploadFailed(cause.to_string())),
+                    outcome: Err(WriterError::UploadFailed(cause.clone())),
                 });
                 false
             } else {
@@ -708,7 +713,7 @@ impl Writer {
             && max >= self.lowest_sqn
             && self.highest_failed.as_ref().is_none_or(|(h, _)| max > *h)
         {
-            self.highest_failed = Some((max, cause.to_string()));
+            self.highest_failed = Some((max, cause.clone()));
         }
         completions
     }
@@ -732,16 +737,12 @@ impl Writer {
         to: SequenceNumber,
         checkpoint: CheckpointId,
     ) -> Result<(), WriterError> {
-        if from > to {
-            return Err(WriterError::InvalidRange(format!(
-                "Invalid confirm range: [{from},{to})"
-            )));
-        }
-        if from > self.active_sqn || to > self.active_sqn {
-            return Err(WriterError::InvalidRange(format!(
-                "Invalid confirm range: [{from},{to}), active sqn: {}",
-                self.active_sqn
-            )));
+        if from > to || from > self.active_sqn || to > self.active_sqn {
+            return Err(WriterError::InvalidRange(InvalidRange {
+                start: from,
+                end: to,
+                active: self.active_sqn,
+            }));
         }
         for result in self.uploaded.range(from..to).map(|(_, r)| r) {
             fx.stop_tracking(&result.remote);
@@ -795,12 +796,14 @@ impl Writer {
         fx: &mut impl Effects,
         to: SequenceNumber,
     ) -> Result<(), WriterError> {
-        self.ensure_open("truncate")?;
+        self.ensure_open(Operation::Truncate)?;
         if to > self.active_sqn {
-            return Err(WriterError::InvalidArgument(format!(
-                "Cannot truncate to {to}: it is beyond the active sequence number {}",
-                self.active_sqn
-            )));
+            return Err(WriterError::InvalidArgument(
+                InvalidArgument::TruncateBeyond(TruncateBeyond {
+                    to,
+                    active: self.active_sqn,
+                }),
+            ));
         }
         // Never move the lower bound back: change sets below it are gone.
         self.lowest_sqn = self.lowest_sqn.max(to);
@@ -823,7 +826,7 @@ impl Writer {
         fx: &mut impl Effects,
         from: SequenceNumber,
     ) -> Result<Vec<PersistCompletion>, WriterError> {
-        self.ensure_open("truncate-and-close")?;
+        self.ensure_open(Operation::TruncateAndClose)?;
         self.highest_sqn = from;
         let released = self.uploaded.split_off(&from);
         for result in released.values() {
@@ -836,10 +839,7 @@ impl Writer {
     /// instead of staying pending forever.
     pub fn close(&mut self, fx: &mut impl Effects) -> Result<Vec<PersistCompletion>, WriterError> {
         if self.closed {
-            return Err(WriterError::Closed(format!(
-                "writer {} is already closed",
-                self.config.name
-            )));
+            return Err(WriterError::Closed(Closed::AfterClose(Operation::Close)));
         }
         self.closed = true;
         self.active = ChangeSetBuilder::default();
@@ -854,15 +854,17 @@ impl Writer {
                 self.listeners.len()
             ),
         );
-        let name = &self.config.name;
         Ok(self
             .listeners
             .drain(..)
             .map(|l| PersistCompletion {
                 ticket: l.ticket,
-                outcome: Err(WriterError::Closed(format!(
-                    "writer {name} was closed while persisting [{}, {}) for checkpoint {}",
-                    l.from, l.to, l.checkpoint
+                outcome: Err(WriterError::Closed(Closed::WhilePersisting(
+                    PendingPersist {
+                        start: l.from,
+                        end: l.to,
+                        checkpoint: l.checkpoint,
+                    },
                 ))),
             })
             .collect())

@@ -185,7 +185,7 @@ fn single_appends_with_bad_key_groups_are_rejected() {
             panic!("append to key group {key_group}: {e:?}")
         };
         assert!(
-            message.contains(&key_group.to_string()),
+            message.to_string().contains(&key_group.to_string()),
             "the message names the key group: {message}"
         );
     }
@@ -235,7 +235,7 @@ fn sequence_numbers_out_of_range_are_typed_errors() {
     for from in [active + 1, 1 << 40, u64::MAX - 1, u64::MAX] {
         let e = writer_error_for("persist beyond active", w.persist(from, 1));
         assert!(
-            matches!(&e, WriterError::NotYetAppended(m) if m.contains(&from.to_string())),
+            matches!(&e, WriterError::NotYetAppended(m) if m.to_string().contains(&from.to_string())),
             "persist({from}): {e:?}"
         );
     }
@@ -250,14 +250,14 @@ fn sequence_numbers_out_of_range_are_typed_errors() {
     ] {
         let e = writer_error_for("confirm", w.confirm(from, to, 1));
         assert!(
-            matches!(&e, WriterError::InvalidRange(m) if m.contains(&format!("[{from},{to})"))),
+            matches!(&e, WriterError::InvalidRange(m) if m.to_string().contains(&format!("[{from},{to})"))),
             "confirm({from}, {to}): {e:?}"
         );
     }
     for to in [active + 1, u64::MAX] {
         let e = writer_error_for("truncate beyond active", w.truncate(to));
         assert!(
-            matches!(&e, WriterError::InvalidArgument(m) if m.contains(&to.to_string())),
+            matches!(&e, WriterError::InvalidArgument(m) if m.to_string().contains(&to.to_string())),
             "truncate({to}): {e:?}"
         );
     }

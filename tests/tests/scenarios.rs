@@ -217,7 +217,7 @@ fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
     // Persisting the failed change set again fails at once, naming it.
     let again = writer_error(w.persist(0, 2));
     assert!(
-        matches!(&again, WriterError::AlreadyFailed(m) if m.starts_with("The upload for 0 has already failed previously")),
+        matches!(&again, WriterError::AlreadyFailed(m) if m.to_string().starts_with("The upload for 0 has already failed previously")),
         "{again:?}"
     );
     // Change sets after the failed one persist fine once the store works again.
@@ -242,10 +242,8 @@ fn persist_of_truncated_changes_is_rejected() {
     let sqn = w.next_sequence_number().unwrap();
     w.truncate(sqn).unwrap();
     assert_eq!(
-        writer_error(w.persist(0, 1)),
-        WriterError::Truncated(
-            "Requested changes were truncated (requested: 0, truncated: 1)".into()
-        )
+        writer_error(w.persist(0, 1)).to_string(),
+        "Requested changes were truncated (requested: 0, truncated: 1)"
     );
 }
 
@@ -328,49 +326,47 @@ fn preconditions_are_typed_errors_with_exact_messages() {
         .create_writer("op-x", KeyGroupRange { start: 0, end: 7 })
         .unwrap();
     assert_eq!(
-        writer_error(w.persist(5, 1)),
-        WriterError::NotYetAppended(
-            "Requested changes were not yet appended (requested: 5, appended: 0)".into()
-        )
+        writer_error(w.persist(5, 1)).to_string(),
+        "Requested changes were not yet appended (requested: 5, appended: 0)"
     );
     w.append(1, b"a").unwrap();
     w.next_sequence_number().unwrap();
     assert_eq!(
-        writer_error(w.confirm(1, 0, 1)),
-        WriterError::InvalidRange("Invalid confirm range: [1,0)".into())
+        writer_error(w.confirm(1, 0, 1)).to_string(),
+        "Invalid confirm range: [1,0)"
     );
     assert_eq!(
-        writer_error(w.confirm(0, 3, 1)),
-        WriterError::InvalidRange("Invalid confirm range: [0,3), active sqn: 1".into())
+        writer_error(w.confirm(0, 3, 1)).to_string(),
+        "Invalid confirm range: [0,3), active sqn: 1"
     );
     assert!(
-        matches!(writer_error(w.truncate(2)), WriterError::InvalidArgument(m) if m.contains("beyond the active sequence number 1"))
+        matches!(writer_error(w.truncate(2)), WriterError::InvalidArgument(m) if m.to_string().contains("beyond the active sequence number 1"))
     );
     assert!(
-        matches!(writer_error(w.append(-2, b"")), WriterError::InvalidArgument(m) if m.contains("-2"))
+        matches!(writer_error(w.append(-2, b"")), WriterError::InvalidArgument(m) if m.to_string().contains("-2"))
     );
     assert!(
-        matches!(writer_error(w.append(8, b"")), WriterError::InvalidArgument(m) if m.contains("key group 8 is outside the key-group range [0, 7] of writer op-x"))
+        matches!(writer_error(w.append(8, b"")), WriterError::InvalidArgument(m) if m.to_string().contains("key group 8 is outside the writer's key-group range [0, 7]"))
     );
     assert!(
-        matches!(writer_error(w.append_batch(&[1, 2], &[1], b"a")), WriterError::InvalidArgument(m) if m.contains("2 key groups but 1 lengths"))
+        matches!(writer_error(w.append_batch(&[1, 2], &[1], b"a")), WriterError::InvalidArgument(m) if m.to_string().contains("2 key groups but 1 lengths"))
     );
     assert!(
-        matches!(writer_error(w.append_batch(&[1], &[5], b"a")), WriterError::InvalidArgument(m) if m.contains("5 bytes but data holds 1"))
+        matches!(writer_error(w.append_batch(&[1], &[5], b"a")), WriterError::InvalidArgument(m) if m.to_string().contains("5 bytes but data holds 1"))
     );
     // The error names the writer.
     let Err(e) = w.append(9, b"") else { panic!() };
     assert!(e.to_string().starts_with("writer op-x: "), "{e}");
     w.close().unwrap();
     assert!(
-        matches!(writer_error(w.append(1, b"late")), WriterError::Closed(m) if m.contains("append on writer op-x after it was closed"))
+        matches!(writer_error(w.append(1, b"late")), WriterError::Closed(m) if m.to_string().contains("append after the writer was closed"))
     );
     assert!(matches!(
         writer_error(w.persist(1, 2)),
         WriterError::Closed(_)
     ));
     assert!(
-        matches!(writer_error(w.close()), WriterError::Closed(m) if m.contains("already closed"))
+        matches!(writer_error(w.close()), WriterError::Closed(m) if m.to_string().contains("close after the writer was closed"))
     );
     // next-sequence-number still answers after close, frozen.
     assert_eq!(w.next_sequence_number().unwrap(), 1);
@@ -815,7 +811,7 @@ fn an_append_racing_close_is_never_accepted_after_it() {
             appender.join().unwrap()
         });
         assert!(
-            matches!(error.writer_error(), Some(WriterError::Closed(m)) if m.contains("append on writer op after it was closed")),
+            matches!(error.writer_error(), Some(WriterError::Closed(m)) if m.to_string().contains("append after the writer was closed")),
             "{error}"
         );
         // Nothing accepted after the close is waiting to be handed over (and refused).

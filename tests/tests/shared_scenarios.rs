@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use dstl::{
     ChangelogStorage, Config, Error, KeyGroupRange, PersistFuture, SnapshotResult, Writer,
-    WriterError, WriterOptions,
+    WriterOptions,
 };
 use dstl_tests::fault_store::{Fault, FaultStore};
 use dstl_tests::harness::{changelog_files, path_strings, read_changes, snapshot_paths};
@@ -270,21 +270,13 @@ fn int_field(step: &Map<String, Value>, key: &str) -> Result<i64> {
 fn describe_error(error: &Error) -> (String, String, String) {
     let display = error.to_string();
     let (kind, detail) = match error {
-        Error::Writer { source, .. } => match source {
-            WriterError::Closed(m) => ("closed", m),
-            WriterError::Truncated(m) => ("truncated", m),
-            WriterError::NotYetAppended(m) => ("not-yet-appended", m),
-            WriterError::AlreadyFailed(m) => ("already-failed", m),
-            WriterError::InvalidRange(m) => ("invalid-range", m),
-            WriterError::InvalidArgument(m) => ("invalid-argument", m),
-            WriterError::UploadFailed(m) => ("upload-failed", m),
-        },
-        Error::Upload { message, .. } => ("upload-failed", message),
-        Error::Trapped { cause, .. } => ("trapped", cause),
-        Error::InvalidArgument(m) => ("host-invalid-argument", m),
+        Error::Writer { source, .. } => (source.kind(), source.to_string()),
+        Error::Upload { failure, .. } => ("upload-failed", failure.to_string()),
+        Error::Trapped { cause, .. } => ("trapped", cause.clone()),
+        Error::InvalidArgument(m) => ("host-invalid-argument", m.clone()),
         other => return ("other".into(), other.to_string(), display),
     };
-    (kind.to_string(), detail.clone(), display)
+    (kind.to_string(), detail, display)
 }
 
 fn texts(value: Option<&Value>) -> Vec<String> {

@@ -45,6 +45,30 @@ struct WriterHandle {
     lengths: (*mut u8, usize),
     /// The values, back to back.
     data: (*mut u8, usize),
+    /// Where the writer's hand-off budget is published after every call that changes it
+    /// ([`WriterHandle::publish_budget`]), for the Java writer to count down.
+    budget: (*mut u8, usize),
+}
+
+/// Bytes of a published budget: `bytes` (a native-order `long`), `changes` and `aloneAt`
+/// (native-order `int`s), as `DstlChangelogWriter.java` reads them.
+const BUDGET_BYTES: usize = 16;
+
+impl WriterHandle {
+    /// Writes the writer's hand-off budget ([`Writer::budget`]) into the Java writer's
+    /// budget buffer: how much it may pack before it hands the batch over, so a
+    /// pre-emptive persist happens exactly where it would without packing. Java keeps no
+    /// threshold of its own.
+    fn publish_budget(&self) {
+        let budget = self.writer.budget();
+        let mut out = [0u8; BUDGET_BYTES];
+        out[..8].copy_from_slice(&(budget.bytes.min(i64::MAX as u64) as i64).to_ne_bytes());
+        out[8..12].copy_from_slice(&(budget.changes.min(i32::MAX as u32) as i32).to_ne_bytes());
+        out[12..].copy_from_slice(&(budget.alone_at.min(i32::MAX as u32) as i32).to_ne_bytes());
+        // SAFETY: the Java writer owns this direct buffer for the writer's lifetime and
+        // reads it only between native calls; its capacity was checked at creation.
+        unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), self.budget.0, BUDGET_BYTES) };
+    }
 }
 
 /// An error for Java: the exception class and its message.
@@ -367,26 +391,21 @@ pub extern "system" fn Java_io_dstl_flink_Native_awaitAvailable(
     )
 }
 
-/// `long preemptiveThreshold(long storage)`: the open bytes at which a writer persists
-/// pre-emptively, as the configuration set it (the Java writer hands its packed appends
-/// over when they reach it, so the upload starts when it would without packing).
+/// `long batchLimits()`: what a Java writer's batch buffers must hold, as `changes << 32 |
+/// aloneAt` ([`dstl::Budget::MOST`]): at most `changes` changes, and values of fewer than
+/// `aloneAt` bytes (larger ones go alone, through `append`).
 #[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_preemptiveThreshold(
+pub extern "system" fn Java_io_dstl_flink_Native_batchLimits(
     env: *mut JNIEnv,
     _class: jclass,
-    handle: jlong,
 ) -> jlong {
     entry(
         env,
-        || "preemptiveThreshold".into(),
-        i64::MAX,
+        || "batchLimits".into(),
+        0,
         |_| {
-            // SAFETY: live handle.
-            let storage = unsafe { storage(handle) };
-            let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
-            Ok(guard.as_ref().map_or(i64::MAX, |open| {
-                i64::try_from(open.config().preemptive_persist_threshold()).unwrap_or(i64::MAX)
-            }))
+            let most = dstl::Budget::MOST;
+            Ok((i64::from(most.changes) << 32) | i64::from(most.alone_at))
         },
     )
 }
@@ -441,8 +460,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_metrics(
 }
 
 /// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer keyGroups,
-/// ByteBuffer lengths, ByteBuffer data)`: a new sandboxed writer for key groups
-/// `[start, end]` whose packed appends come from the three direct buffers.
+/// ByteBuffer lengths, ByteBuffer data, ByteBuffer budget)`: a new sandboxed writer for key
+/// groups `[start, end]` whose packed appends come from the three direct buffers, and
+/// whose hand-off budget is published into `budget`.
 #[allow(clippy::too_many_arguments)]
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
@@ -455,6 +475,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
     key_groups: jobject,
     lengths: jobject,
     data: jobject,
+    budget: jobject,
 ) -> jlong {
     entry(
         env,
@@ -471,8 +492,18 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
                     ))
                 })
             };
-            let (key_groups, lengths, data) =
-                (direct(key_groups)?, direct(lengths)?, direct(data)?);
+            let (key_groups, lengths, data, budget) = (
+                direct(key_groups)?,
+                direct(lengths)?,
+                direct(data)?,
+                direct(budget)?,
+            );
+            if budget.1 < BUDGET_BYTES {
+                return Err(Thrown::argument(format!(
+                    "dstl: writer {name}: the budget buffer holds {} bytes, not {BUDGET_BYTES}",
+                    budget.1
+                )));
+            }
             let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
             // A closed storage refuses as a closed writer does: IllegalStateException.
             let closed = || Thrown {
@@ -487,13 +518,16 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
                     e => Thrown::from(e),
                 })?;
             drop(guard);
-            Ok(Box::into_raw(Box::new(WriterHandle {
+            let handle = WriterHandle {
                 writer,
                 completions: storage.completions.clone(),
                 key_groups,
                 lengths,
                 data,
-            })) as jlong)
+                budget,
+            };
+            handle.publish_budget();
+            Ok(Box::into_raw(Box::new(handle)) as jlong)
         },
     )
 }
@@ -528,8 +562,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_appendBatch(
                 std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
             )
         };
-        w.writer.append_batch(key_groups, lengths, data)?;
-        Ok(())
+        let result = w.writer.append_batch(key_groups, lengths, data);
+        w.publish_budget();
+        Ok(result?)
     })
 }
 
@@ -546,11 +581,12 @@ pub extern "system" fn Java_io_dstl_flink_Native_append(
     writer_entry(env, class, handle, (), |env| {
         // SAFETY: live handle.
         let w = unsafe { writer(handle) };
-        env.with_bytes(value, |value| {
+        let result = env.with_bytes(value, |value| {
             w.writer
                 .append_batch(&[key_group], &[value.len() as u32], value)
-        })?;
-        Ok(())
+        });
+        w.publish_budget();
+        Ok(result?)
     })
 }
 
@@ -564,7 +600,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_nextSequenceNumber(
     writer_entry(env, class, handle, -1, |_| {
         // SAFETY: live handle.
         let w = unsafe { writer(handle) };
-        Ok(w.writer.next_sequence_number()? as jlong)
+        let next = w.writer.next_sequence_number();
+        w.publish_budget();
+        Ok(next? as jlong)
     })
 }
 
@@ -582,8 +620,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_persist(
     writer_entry(env, class, handle, (), |_| {
         // SAFETY: live handle.
         let w = unsafe { writer(handle) };
-        let future = w.writer.persist(sequence(from)?, checkpoint)?;
-        w.completions.deliver(request, future);
+        let future = w.writer.persist(sequence(from)?, checkpoint);
+        w.publish_budget();
+        w.completions.deliver(request, future?);
         Ok(())
     })
 }

@@ -44,9 +44,6 @@ pub(crate) struct WriterCtx {
     pub persisting: bool,
     /// `dstl_writer_preemptive_uploads_total` of this writer.
     preemptive_uploads: metrics::Counter,
-    /// Why the last `schedule` of the running call was refused: the guest gets it as
-    /// text, the caller as the typed error ([`crate::Error::Upload`]).
-    pub refused: Option<crate::upload::UploadError>,
 }
 
 /// What ties a sandbox to the writer around it.
@@ -93,7 +90,6 @@ impl WriterCtx {
             delivering_failure: false,
             persisting: false,
             preemptive_uploads,
-            refused: None,
         }
     }
 

@@ -8,7 +8,7 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{ComponentType, HasSelf, Lift, Linker, WasmList};
 
 use super::bindings::dstl::changelog::{local_registry, logging, registry};
-use super::bindings::wit;
+use super::bindings::{to_wit_refusal, wit};
 use super::context::{GuestFault, WriterCtx};
 
 impl wit::Host for WriterCtx {}
@@ -48,7 +48,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WriterCtx>) -> wasmtime::Result<
 fn schedule(
     mut store: StoreContextMut<'_, WriterCtx>,
     (task,): (GuestTask,),
-) -> wasmtime::Result<(Result<(), String>,)> {
+) -> wasmtime::Result<(Result<(), wit::Refusal>,)> {
     let fault = |message: String| -> wasmtime::Error {
         GuestFault(format!("schedule of upload task {}: {message}", task.id)).into()
     };
@@ -135,13 +135,7 @@ fn schedule(
     if result.is_ok() && !ctx.persisting {
         ctx.count_preemptive_upload();
     }
-    // The WIT boundary: the guest gets the reason as text; the writer keeps the typed
-    // error for its caller.
-    Ok((result.map_err(|e| {
-        let text = e.to_string();
-        ctx.refused = Some(e);
-        text
-    }),))
+    Ok((result.map_err(to_wit_refusal),))
 }
 
 impl registry::Host for WriterCtx {

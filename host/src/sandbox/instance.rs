@@ -166,11 +166,6 @@ impl Instance {
         })
     }
 
-    /// Why the last `schedule` the guest made was refused, if it was (once).
-    pub fn take_refusal(&mut self) -> Option<crate::upload::UploadError> {
-        self.store.data_mut().refused.take()
-    }
-
     /// `persist`. A snapshot ready at once counts as returned to the caller.
     pub fn persist(&mut self, from: u64, checkpoint: i64) -> Call<PersistReply> {
         self.store.data_mut().persisting = true;
@@ -254,7 +249,8 @@ impl Instance {
                     api.call_on_upload_succeeded(store, r, task, &results)?
                 }
                 UploadOutcome::Failed { task, error } => {
-                    // The WIT boundary: the guest gets the reason as text.
+                    // The WIT boundary: the guest gets the uploader's words; the
+                    // typed error stays here for the persists this fails.
                     store.data_mut().delivering_failure = true;
                     let failed =
                         api.call_on_upload_failed(&mut *store, r, task, &error.to_string());

@@ -37,7 +37,8 @@ pub(crate) trait OutcomeSink: Send + Sync {
 }
 
 /// Why an upload task failed: persists whose change sets were in the task fail with
-/// [`crate::Error::Upload`] carrying it (the writer's guest receives it as text).
+/// [`crate::Error::Upload`] carrying it (the writer's guest receives a refusal typed, any
+/// other failure in these words).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum UploadError {
@@ -64,21 +65,13 @@ pub enum UploadError {
         /// The per-attempt timeout.
         timeout: std::time::Duration,
     },
-    /// The task was scheduled after [`crate::ChangelogStorage::close`] began, or its
-    /// writer was waiting for in-flight capacity when it did: it was not accepted.
-    #[error("{}", dstl_proto::batch::Closed::Refused)]
-    StorageClosed,
-    /// The writer was closed while its task waited for in-flight capacity: it was not
-    /// accepted.
-    #[error("the writer was closed while its upload waited for in-flight capacity")]
-    WriterClosed,
-    /// The thread that waited for in-flight capacity was interrupted (the check given to
-    /// [`crate::interruptible`] said so, e.g. a cancelled task of a JVM): the task was not
-    /// accepted.
-    #[error(
-        "the thread waiting for in-flight capacity was interrupted; the upload was not accepted"
-    )]
-    Interrupted,
+    /// The task was not accepted: it was scheduled after
+    /// [`crate::ChangelogStorage::close`] began (or its writer was waiting for in-flight
+    /// capacity when it did), its writer was closed while it waited for capacity, or the
+    /// waiting thread was interrupted (the check given to [`crate::interruptible`] said
+    /// so, e.g. a cancelled task of a JVM).
+    #[error("{0}")]
+    Refused(#[from] dstl_proto::error::Refusal),
     /// The storage closed while the task waited in the queue for its batch.
     #[error("{}", dstl_proto::batch::Closed::BeforeUpload)]
     ClosedBeforeStart,

@@ -13,18 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::sync::{CondvarExt, LockExt};
+use dstl_proto::error::Refusal;
 
-/// Why a task was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
-    /// The throttle was closed with its storage: nothing is admitted any more.
-    Closed,
-    /// The waiting writer is closing.
-    Cancelled,
-    /// The waiting thread was interrupted (see [`interruptible`]).
-    Interrupted,
-}
+use crate::sync::{CondvarExt, LockExt};
 
 /// How often a wait for capacity asks the thread's interrupt check.
 const INTERRUPT_POLL: Duration = Duration::from_millis(20);
@@ -104,22 +95,22 @@ impl Throttle {
     /// Waits for capacity, then admits `size` bytes. Fails once the throttle is closed,
     /// and while waiting once `cancel` is set (and [`Throttle::wake`] called), or once the
     /// thread's [`interruptible`] check says so.
-    pub fn admit(&self, size: u64, cancel: &AtomicBool) -> Result<(), Refused> {
+    pub fn admit(&self, size: u64, cancel: &AtomicBool) -> Result<(), Refusal> {
         let mut state = self.state.locked();
         while state.in_flight >= self.max && !state.closed {
             if cancel.load(Ordering::SeqCst) {
-                return Err(Refused::Cancelled);
+                return Err(Refusal::WriterClosed);
             }
             match interrupted_now() {
                 None => state = self.changed.wait_locked(state),
-                Some(true) => return Err(Refused::Interrupted),
+                Some(true) => return Err(Refusal::Interrupted),
                 Some(false) => {
                     state = self.changed.wait_timeout_locked(state, INTERRUPT_POLL).0;
                 }
             }
         }
         if state.closed {
-            return Err(Refused::Closed);
+            return Err(Refusal::StorageClosed);
         }
         // Sizes are the host's own sums of what it copied, but never wrap.
         state.in_flight = state.in_flight.saturating_add(size);
@@ -226,7 +217,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         cancel.store(true, Ordering::SeqCst);
         t.wake();
-        assert_eq!(cancelled.join().unwrap(), Err(Refused::Cancelled));
+        assert_eq!(cancelled.join().unwrap(), Err(Refusal::WriterClosed));
         assert!(!other.is_finished(), "an uncancelled waiter still waits");
         t.release(1);
         other.join().unwrap().unwrap();
@@ -278,7 +269,7 @@ mod tests {
         assert!(!interrupted.is_finished(), "waits until interrupted");
         interrupt.store(true, Ordering::SeqCst);
         let (result, check_after) = interrupted.join().unwrap();
-        assert_eq!(result, Err(Refused::Interrupted));
+        assert_eq!(result, Err(Refusal::Interrupted));
         assert_eq!(check_after, None);
         std::thread::sleep(Duration::from_millis(50));
         assert!(!other.is_finished(), "a waiter without a check still waits");
@@ -296,6 +287,6 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(50));
         t.close();
-        assert_eq!(waiter.join().unwrap(), Err(Refused::Closed));
+        assert_eq!(waiter.join().unwrap(), Err(Refusal::StorageClosed));
     }
 }

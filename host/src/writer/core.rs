@@ -7,6 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use dstl_proto::error::Closed;
 use dstl_proto::handoff::HandOff;
 use dstl_proto::types::{SnapshotResult, WriterConfig, WriterError};
 
@@ -177,11 +178,10 @@ impl WriterCore {
             Some(Ok(call)) => Some(call),
             None => None,
         };
-        let refusal = instance.as_mut().and_then(Instance::take_refusal);
         match outcome {
             None => Err(self.trapped_error(state)),
             Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(e))) => Err(Error::from_guest(&self.name, e, refusal.as_ref())),
+            Some(Ok(Err(e))) => Err(Error::from_guest(&self.name, e, None)),
             Some(Err(trap)) => {
                 self.poison(state, trap);
                 Err(self.trapped_error(state))
@@ -241,7 +241,7 @@ impl WriterCore {
             },
             None => Error::Writer {
                 writer: self.name.clone(),
-                source: WriterError::Closed(format!("writer {} was dropped", self.name)),
+                source: WriterError::Closed(Closed::Dropped),
             },
         }
     }

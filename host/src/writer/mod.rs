@@ -12,7 +12,9 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use dstl_proto::codec::META_KEY_GROUP;
+use dstl_proto::error::{Closed, Operation};
 use dstl_proto::handoff::Append;
+use dstl_proto::handoff::Budget;
 use dstl_proto::types::{PersistCompletion, PersistReply, WriterConfig, WriterError};
 
 use self::buffer::handed_over;
@@ -144,6 +146,14 @@ impl Writer {
         Ok(Self { core })
     }
 
+    /// How much a caller that packs its own batches for [`Writer::append_batch`] may
+    /// gather before it hands them over: the one hand-off rule of every host
+    /// (`dstl_proto::handoff`), which hands a batch over exactly when the writer would
+    /// persist it pre-emptively unbatched. Valid until the next call of this writer.
+    pub fn budget(&self) -> Budget {
+        self.core.lock().book.hand_off.budget()
+    }
+
     /// The operator name the writer was created with.
     pub fn name(&self) -> &str {
         &self.core.name
@@ -164,13 +174,13 @@ impl Writer {
     /// upload failed) is reported by the call that hands the batch over.
     pub fn append(&self, key_group: i32, value: &[u8]) -> Result<(), Error> {
         let check = self.core.config.check_change(key_group, value.len());
-        self.buffered(key_group, value, "append", check)
+        self.buffered(key_group, value, Operation::Append, check)
     }
 
     /// Appends a metadata change (buffered like [`Writer::append`]).
     pub fn append_meta(&self, value: &[u8]) -> Result<(), Error> {
         let check = WriterConfig::check_length(value.len());
-        self.buffered(META_KEY_GROUP, value, "append-meta", check)
+        self.buffered(META_KEY_GROUP, value, Operation::AppendMeta, check)
     }
 
     /// Checks in the guest's order: a failed or closed writer first, then `check`.
@@ -178,7 +188,7 @@ impl Writer {
         &self,
         key_group: i32,
         value: &[u8],
-        operation: &str,
+        operation: Operation,
         check: Result<(), WriterError>,
     ) -> Result<(), Error> {
         let core = &self.core;
@@ -187,7 +197,7 @@ impl Writer {
             return Err(core.trapped_error(&state));
         }
         if state.book.closed {
-            return Err(core.writer_error(core.config.closed_error(operation)));
+            return Err(core.writer_error(WriterError::Closed(Closed::AfterClose(operation))));
         }
         check.map_err(|e| core.writer_error(e))?;
         match state.book.hand_off.append(value.len()) {

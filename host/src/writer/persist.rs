@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use dstl_proto::error::Closed;
 use dstl_proto::types::{PersistCompletion, SnapshotResult, WriterError};
 use tokio::sync::oneshot;
 
@@ -106,9 +107,7 @@ enum FutureState {
 fn dropped(writer: &str) -> Error {
     Error::Writer {
         writer: writer.to_string(),
-        source: WriterError::Closed(format!(
-            "writer {writer} was dropped before the persist completed"
-        )),
+        source: WriterError::Closed(Closed::Dropped),
     }
 }
 

@@ -59,7 +59,7 @@ struct Fake {
     /// Tasks whose outcome was delivered.
     finished: BTreeSet<u64>,
     /// When set, `schedule` refuses with this cause.
-    refuse: Option<String>,
+    refuse: Option<Refusal>,
     /// When set, uploads also produce a local copy.
     local_copies: bool,
     releases: Vec<StreamHandle>,
@@ -81,9 +81,9 @@ struct Fake {
 }
 
 impl Effects for Fake {
-    fn schedule(&mut self, task: UploadTask<Block>) -> Result<(), String> {
-        if let Some(cause) = &self.refuse {
-            return Err(cause.clone());
+    fn schedule(&mut self, task: UploadTask<Block>) -> Result<(), Refusal> {
+        if let Some(refusal) = self.refuse {
+            return Err(refusal);
         }
         assert!(
             !task.change_sets.is_empty(),
@@ -322,6 +322,18 @@ fn upload_all(w: &mut Writer, fx: &mut Fake) -> Vec<PersistCompletion> {
 fn fail(w: &mut Writer, fx: &mut Fake, id: u64, cause: &str) -> Vec<PersistCompletion> {
     assert!(fx.finished.insert(id), "task {id} already has an outcome");
     w.on_upload_failed(fx, id, cause)
+}
+
+fn batch_lengths(total: u64, data: u64) -> WriterError {
+    WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths { total, data }))
+}
+
+fn closed_while_persisting(start: u64, end: u64, checkpoint: i64) -> WriterError {
+    WriterError::Closed(Closed::WhilePersisting(PendingPersist {
+        start,
+        end,
+        checkpoint,
+    }))
 }
 
 fn ready(reply: Result<PersistReply, WriterError>) -> SnapshotResult {
@@ -837,11 +849,9 @@ fn test_persist_failure() {
     let completions = fail(&mut w, &mut fx, 0, "test");
     assert_eq!(
         outcome(&completions, ticket),
-        Err(WriterError::UploadFailed("test".to_string()))
-    );
-    assert_eq!(
-        outcome(&completions, ticket).unwrap_err().to_string(),
-        "upload failed: test"
+        Err(WriterError::UploadFailed(UploadFailure::Failed(
+            "test".into()
+        )))
     );
     assert!(
         fx.warnings()
@@ -860,9 +870,10 @@ fn test_persist_failed_changes() {
     let err = w.persist(&mut fx, sqn, 2).unwrap_err();
     assert_eq!(
         err,
-        WriterError::AlreadyFailed(
-            "The upload for 0 has already failed previously (cause: test)".to_string()
-        )
+        WriterError::AlreadyFailed(AlreadyFailed {
+            failed: 0,
+            cause: UploadFailure::Failed("test".into()),
+        })
     );
     assert_eq!(fx.scheduled.len(), 1, "nothing is re-uploaded");
 }
@@ -896,7 +907,7 @@ fn test_truncate() {
     assert_eq!(
         w.truncate(&mut fx, sqn + 1),
         Err(WriterError::InvalidArgument(
-            "Cannot truncate to 1: it is beyond the active sequence number 0".to_string()
+            InvalidArgument::TruncateBeyond(TruncateBeyond { to: 1, active: 0 })
         ))
     );
     // After a rollover the truncation is accepted and persisting the truncated sqn fails.
@@ -905,9 +916,10 @@ fn test_truncate() {
     w.truncate(&mut fx, next).unwrap();
     assert_eq!(
         w.persist(&mut fx, sqn, 1),
-        Err(WriterError::Truncated(
-            "Requested changes were truncated (requested: 0, truncated: 1)".to_string()
-        ))
+        Err(WriterError::Truncated(Truncated {
+            requested: 0,
+            truncated: 1,
+        }))
     );
     assert!(
         fx.scheduled.is_empty(),
@@ -919,109 +931,88 @@ fn test_truncate() {
 // Flink's FsStateChangelogWriterSqnTest (threshold infinite)
 // ---------------------------------------------------------------------------------------
 
-fn active_after(ops: impl FnOnce(&mut Writer, &mut Fake)) -> SequenceNumber {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
-    ops(&mut w, &mut fx);
-    assert!(fx.scheduled.iter().all(|t| !t.change_sets.is_empty()));
-    w.active_sequence_number()
-}
-
+/// Flink's sequence-number cases, one row each: what the test does, and the active
+/// sequence number it must leave.
 #[test]
-fn sqn_next_sequence_number_without_append() {
-    assert_eq!(
-        active_after(|w, _| {
-            assert_eq!(w.next_sequence_number(), 0);
-            assert_eq!(w.next_sequence_number(), 0);
-        }),
-        0
-    );
-}
-
-#[test]
-fn sqn_next_sequence_number_with_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            w.append(fx, KG, b"x").unwrap();
-            assert_eq!(w.next_sequence_number(), 1);
-            assert_eq!(w.next_sequence_number(), 1);
-        }),
-        1
-    );
-}
-
-#[test]
-fn sqn_persist_without_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            let initial = w.initial_sequence_number();
-            ready(w.persist(fx, initial, 1));
-        }),
-        0
-    );
-}
-
-#[test]
-fn sqn_persist_with_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            w.append(fx, KG, b"x").unwrap();
-            let initial = w.initial_sequence_number();
-            pending(w.persist(fx, initial, 1));
-        }),
-        1
-    );
-}
-
-#[test]
-fn sqn_append() {
-    assert_eq!(active_after(|w, fx| w.append(fx, KG, b"x").unwrap()), 0);
-}
-
-#[test]
-fn sqn_append_after_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            w.append(fx, KG, b"x").unwrap();
-            w.append(fx, KG, b"y").unwrap();
-        }),
-        0
-    );
-}
-
-#[test]
-fn sqn_truncate_initial_without_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            let initial = w.initial_sequence_number();
-            w.truncate(fx, initial).unwrap();
-        }),
-        0
-    );
-}
-
-#[test]
-fn sqn_truncate_initial_after_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            w.append(fx, KG, b"x").unwrap();
-            let initial = w.initial_sequence_number();
-            w.truncate(fx, initial).unwrap();
-        }),
-        0
-    );
-}
-
-#[test]
-fn sqn_truncate_next_after_append() {
-    assert_eq!(
-        active_after(|w, fx| {
-            w.append(fx, KG, b"x").unwrap();
-            let next = w.next_sequence_number();
-            w.truncate(fx, next).unwrap();
-        }),
-        1
-    );
+fn sequence_numbers_advance_only_at_rollover() {
+    type Ops = fn(&mut Writer, &mut Fake);
+    let cases: [(&str, Ops, SequenceNumber); 9] = [
+        (
+            "next-sequence-number without append",
+            |w, _| {
+                assert_eq!(w.next_sequence_number(), 0);
+                assert_eq!(w.next_sequence_number(), 0);
+            },
+            0,
+        ),
+        (
+            "next-sequence-number with append",
+            |w, fx| {
+                w.append(fx, KG, b"x").unwrap();
+                assert_eq!(w.next_sequence_number(), 1);
+                assert_eq!(w.next_sequence_number(), 1);
+            },
+            1,
+        ),
+        (
+            "persist without append",
+            |w, fx| {
+                ready(w.persist(fx, w.initial_sequence_number(), 1));
+            },
+            0,
+        ),
+        (
+            "persist with append",
+            |w, fx| {
+                w.append(fx, KG, b"x").unwrap();
+                pending(w.persist(fx, w.initial_sequence_number(), 1));
+            },
+            1,
+        ),
+        ("append", |w, fx| w.append(fx, KG, b"x").unwrap(), 0),
+        (
+            "append after append",
+            |w, fx| {
+                w.append(fx, KG, b"x").unwrap();
+                w.append(fx, KG, b"y").unwrap();
+            },
+            0,
+        ),
+        (
+            "truncate initial without append",
+            |w, fx| {
+                w.truncate(fx, w.initial_sequence_number()).unwrap();
+            },
+            0,
+        ),
+        (
+            "truncate initial after append",
+            |w, fx| {
+                w.append(fx, KG, b"x").unwrap();
+                w.truncate(fx, w.initial_sequence_number()).unwrap();
+            },
+            0,
+        ),
+        (
+            "truncate next after append",
+            |w, fx| {
+                w.append(fx, KG, b"x").unwrap();
+                let next = w.next_sequence_number();
+                w.truncate(fx, next).unwrap();
+            },
+            1,
+        ),
+    ];
+    for (name, ops, active) in cases {
+        let mut w = writer(u64::MAX);
+        let mut fx = Fake::default();
+        ops(&mut w, &mut fx);
+        assert!(
+            fx.scheduled.iter().all(|t| !t.change_sets.is_empty()),
+            "{name}"
+        );
+        assert_eq!(w.active_sequence_number(), active, "{name}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1034,9 +1025,10 @@ fn persist_not_yet_appended_message() {
     let mut fx = Fake::default();
     assert_eq!(
         w.persist(&mut fx, 1, 1),
-        Err(WriterError::NotYetAppended(
-            "Requested changes were not yet appended (requested: 1, appended: 0)".to_string()
-        ))
+        Err(WriterError::NotYetAppended(NotYetAppended {
+            requested: 1,
+            appended: 0,
+        }))
     );
     w.append(&mut fx, KG, b"a").unwrap();
     // The open change set is not appended yet as far as sqns go: active is still 0.
@@ -1062,9 +1054,10 @@ fn persist_truncated_message() {
     let err = w.persist(&mut fx, 1, 1).unwrap_err();
     assert_eq!(
         err,
-        WriterError::Truncated(
-            "Requested changes were truncated (requested: 1, truncated: 2)".to_string()
-        )
+        WriterError::Truncated(Truncated {
+            requested: 1,
+            truncated: 2,
+        })
     );
     // Truncation never moves the lower bound back.
     w.truncate(&mut fx, 1).unwrap();
@@ -1088,14 +1081,17 @@ fn persist_check_order_already_failed_before_truncated() {
     let completions = fail(&mut w, &mut fx, 0, "boom");
     assert_eq!(
         outcome(&completions, ticket),
-        Err(WriterError::UploadFailed("boom".to_string()))
+        Err(WriterError::UploadFailed(UploadFailure::Failed(
+            "boom".into()
+        )))
     );
     w.truncate(&mut fx, 1).unwrap();
     // from = 0 is both below the truncation point and at/below the highest failed sqn 1:
     // the failure check comes first.
-    let expected = WriterError::AlreadyFailed(
-        "The upload for 1 has already failed previously (cause: boom)".to_string(),
-    );
+    let expected = WriterError::AlreadyFailed(AlreadyFailed {
+        failed: 1,
+        cause: UploadFailure::Failed("boom".into()),
+    });
     assert_eq!(w.persist(&mut fx, 0, 2), Err(expected.clone()));
     assert_eq!(w.persist(&mut fx, 1, 2), Err(expected));
     // Beyond the failure (from == active) persists work again.
@@ -1105,9 +1101,10 @@ fn persist_check_order_already_failed_before_truncated() {
     // always), so only the not-yet-appended case is left beyond active.
     assert_eq!(
         w.persist(&mut fx, 3, 2),
-        Err(WriterError::NotYetAppended(
-            "Requested changes were not yet appended (requested: 3, appended: 2)".to_string()
-        ))
+        Err(WriterError::NotYetAppended(NotYetAppended {
+            requested: 3,
+            appended: 2,
+        }))
     );
 }
 
@@ -1119,15 +1116,19 @@ fn confirm_range_messages() {
     w.next_sequence_number(); // active 1
     assert_eq!(
         w.confirm(&mut fx, 2, 1, 1),
-        Err(WriterError::InvalidRange(
-            "Invalid confirm range: [2,1)".to_string()
-        ))
+        Err(WriterError::InvalidRange(InvalidRange {
+            start: 2,
+            end: 1,
+            active: 1,
+        }))
     );
     assert_eq!(
         w.confirm(&mut fx, 0, 5, 1),
-        Err(WriterError::InvalidRange(
-            "Invalid confirm range: [0,5), active sqn: 1".to_string()
-        ))
+        Err(WriterError::InvalidRange(InvalidRange {
+            start: 0,
+            end: 5,
+            active: 1,
+        }))
     );
     assert_eq!(
         w.confirm(&mut fx, 2, 2, 1).unwrap_err().to_string(),
@@ -1178,7 +1179,7 @@ fn truncate_beyond_active_is_rejected_without_effect() {
     assert_eq!(
         w.truncate(&mut fx, 2),
         Err(WriterError::InvalidArgument(
-            "Cannot truncate to 2: it is beyond the active sequence number 1".to_string()
+            InvalidArgument::TruncateBeyond(TruncateBeyond { to: 2, active: 1 })
         ))
     );
     pending(w.persist(&mut fx, 0, 1));
@@ -1193,14 +1194,14 @@ fn second_close_is_rejected() {
     let err = w.close(&mut fx).unwrap_err();
     assert_eq!(
         err,
-        WriterError::Closed(format!("writer {NAME} is already closed"))
+        WriterError::Closed(Closed::AfterClose(Operation::Close))
     );
-    assert_eq!(err.to_string(), "closed: writer op is already closed");
+    assert_eq!(err.to_string(), "close after the writer was closed");
     assert_eq!(
         w.truncate_and_close(&mut fx, 0),
-        Err(WriterError::Closed(
-            "truncate-and-close on writer op after it was closed".to_string()
-        ))
+        Err(WriterError::Closed(Closed::AfterClose(
+            Operation::TruncateAndClose
+        )))
     );
     assert!(fx.releases.is_empty());
 }
@@ -1212,9 +1213,9 @@ fn negative_key_group_is_rejected() {
     for key_group in [-1, -2, i32::MIN] {
         assert_eq!(
             w.append(&mut fx, key_group, b"x"),
-            Err(WriterError::InvalidArgument(format!(
-                "key group {key_group} is negative; metadata changes go through append-meta"
-            )))
+            Err(WriterError::InvalidArgument(
+                InvalidArgument::NegativeKeyGroup(key_group)
+            ))
         );
     }
     assert!(
@@ -1231,8 +1232,11 @@ fn key_group_outside_range_is_rejected() {
     for key_group in [10, i32::MAX] {
         assert_eq!(
             w.append(&mut fx, key_group, b"x"),
-            Err(WriterError::InvalidArgument(format!(
-                "key group {key_group} is outside the key-group range [0, 9] of writer op"
+            Err(WriterError::InvalidArgument(InvalidArgument::OutsideRange(
+                OutsideRange {
+                    key_group,
+                    range: KeyGroupRange { start: 0, end: 9 }
+                }
             )))
         );
     }
@@ -1253,13 +1257,13 @@ fn invalid_key_group_range_is_rejected() {
     assert_eq!(
         bad(-1, 5),
         Some(WriterError::InvalidArgument(
-            "invalid key-group range [-1, 5] for writer op: need 0 <= start <= end".to_string()
+            InvalidArgument::KeyGroupRange(KeyGroupRange { start: -1, end: 5 })
         ))
     );
     assert_eq!(
         bad(6, 5),
         Some(WriterError::InvalidArgument(
-            "invalid key-group range [6, 5] for writer op: need 0 <= start <= end".to_string()
+            InvalidArgument::KeyGroupRange(KeyGroupRange { start: 6, end: 5 })
         ))
     );
     assert_eq!(bad(5, 5), None);
@@ -1274,9 +1278,12 @@ fn packed_batch_with_mismatched_columns_is_rejected() {
     let mut fx = Fake::default();
     assert_eq!(
         w.append_batch(&mut fx, &[0, 1], &[1], b"ab"),
-        Err(WriterError::InvalidArgument(
-            "packed batch has 2 key groups but 1 lengths".to_string()
-        ))
+        Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
+            BatchColumns {
+                key_groups: 2,
+                lengths: 1
+            }
+        )))
     );
     assert!(fx.scheduled.is_empty());
 }
@@ -1287,23 +1294,16 @@ fn packed_batch_lengths_must_add_up() {
     let mut fx = Fake::default();
     assert_eq!(
         w.append_batch(&mut fx, &[0, 1], &[1, 2], b"ab"),
-        Err(WriterError::InvalidArgument(
-            "packed batch lengths add up to 3 bytes but data holds 2".to_string()
-        ))
+        Err(batch_lengths(3, 2))
     );
     assert_eq!(
         w.append_batch(&mut fx, &[0], &[1], b"ab"),
-        Err(WriterError::InvalidArgument(
-            "packed batch lengths add up to 1 bytes but data holds 2".to_string()
-        ))
+        Err(batch_lengths(1, 2))
     );
     // u32 lengths that overflow a u32 sum are still caught.
     assert_eq!(
         w.append_batch(&mut fx, &[0, 0], &[u32::MAX, 1], b""),
-        Err(WriterError::InvalidArgument(format!(
-            "packed batch lengths add up to {} bytes but data holds 0",
-            u32::MAX as u64 + 1
-        )))
+        Err(batch_lengths(u32::MAX as u64 + 1, 0))
     );
     assert!(fx.scheduled.is_empty());
 }
@@ -1315,14 +1315,17 @@ fn packed_batch_is_all_or_nothing() {
     // The first change is valid and (threshold 1) would be uploaded at once if appended.
     assert_eq!(
         w.append_batch(&mut fx, &[0, 10], &[1, 1], b"ab"),
-        Err(WriterError::InvalidArgument(
-            "key group 10 is outside the key-group range [0, 9] of writer op".to_string()
-        ))
+        Err(WriterError::InvalidArgument(InvalidArgument::OutsideRange(
+            OutsideRange {
+                key_group: 10,
+                range: KeyGroupRange { start: 0, end: 9 }
+            }
+        )))
     );
     assert_eq!(
         w.append_batch(&mut fx, &[3, -2], &[1, 1], b"ab"),
         Err(WriterError::InvalidArgument(
-            "key group -2 in packed batch is negative (only -1, metadata, is allowed)".to_string()
+            InvalidArgument::NegativeBatchKeyGroup(-2)
         ))
     );
     assert!(
@@ -1413,12 +1416,7 @@ fn packed_batch_huge_length_fails_the_total_check_first() {
     let huge = i32::MAX as u32 + 1;
     let err = w.append_batch(&mut fx, &[0], &[huge], &[]).unwrap_err();
     // Validation of the totals comes first.
-    assert_eq!(
-        err,
-        WriterError::InvalidArgument(format!(
-            "packed batch lengths add up to {huge} bytes but data holds 0"
-        ))
-    );
+    assert_eq!(err, batch_lengths(huge.into(), 0));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1431,28 +1429,22 @@ fn operations_after_close_return_closed() {
     let mut fx = Fake::default();
     w.append(&mut fx, KG, b"a").unwrap();
     w.close(&mut fx).unwrap();
-    let closed = |op: &str| {
-        Err(WriterError::Closed(format!(
-            "{op} on writer op after it was closed"
-        )))
-    };
-    assert_eq!(w.append(&mut fx, KG, b"b"), closed("append"));
+    let closed = |op| Err(WriterError::Closed(Closed::AfterClose(op)));
+    assert_eq!(w.append(&mut fx, KG, b"b"), closed(Operation::Append));
     assert_eq!(
         w.append(&mut fx, KG, b"b").unwrap_err().to_string(),
-        "closed: append on writer op after it was closed"
+        "append after the writer was closed"
     );
-    assert_eq!(w.append_meta(&mut fx, b"b"), closed("append-meta"));
+    assert_eq!(w.append_meta(&mut fx, b"b"), closed(Operation::AppendMeta));
     assert_eq!(
         w.append_batch(&mut fx, &[0], &[1], b"b"),
-        closed("append-batch")
+        closed(Operation::AppendBatch)
     );
     assert_eq!(
-        w.persist(&mut fx, 0, 1),
-        Err(WriterError::Closed(
-            "persist on writer op after it was closed".to_string()
-        ))
+        w.persist(&mut fx, 0, 1).unwrap_err(),
+        WriterError::Closed(Closed::AfterClose(Operation::Persist))
     );
-    assert_eq!(w.truncate(&mut fx, 0), closed("truncate"));
+    assert_eq!(w.truncate(&mut fx, 0), closed(Operation::Truncate));
     assert!(w.is_closed());
     // The open change set was dropped; the number is frozen.
     assert_eq!(w.next_sequence_number(), 0);
@@ -1489,15 +1481,11 @@ fn close_fails_every_pending_persist() {
     );
     assert_eq!(
         outcome(&completions, t1),
-        Err(WriterError::Closed(
-            "writer op was closed while persisting [0, 1) for checkpoint 1".to_string()
-        ))
+        Err(closed_while_persisting(0, 1, 1))
     );
     assert_eq!(
         outcome(&completions, t2),
-        Err(WriterError::Closed(
-            "writer op was closed while persisting [1, 3) for checkpoint 2".to_string()
-        ))
+        Err(closed_while_persisting(1, 3, 2))
     );
     // Late outcomes complete nothing more.
     assert!(upload(&mut w, &mut fx, 0).is_empty());
@@ -1659,18 +1647,25 @@ fn refused_schedule_fails_persist_and_marks_sqns_failed() {
     let mut w = writer(u64::MAX);
     let mut fx = Fake::default();
     w.append(&mut fx, KG, b"abc").unwrap();
-    fx.refuse = Some("queue full".to_string());
-    let cause = "the uploader refused change sets [0] of writer op: queue full";
+    fx.refuse = Some(Refusal::StorageClosed);
+    let cause = UploadFailure::Refused(Refused {
+        change_sets: vec![0],
+        refusal: Refusal::StorageClosed,
+    });
     let err = w.persist(&mut fx, 0, 1).unwrap_err();
-    assert_eq!(err, WriterError::UploadFailed(cause.to_string()));
-    assert_eq!(err.to_string(), format!("upload failed: {cause}"));
+    assert_eq!(err, WriterError::UploadFailed(cause.clone()));
+    assert_eq!(
+        err.to_string(),
+        "the uploader refused change sets [0]: the changelog storage is closed"
+    );
 
     fx.refuse = None;
     assert_eq!(
         w.persist(&mut fx, 0, 2),
-        Err(WriterError::AlreadyFailed(format!(
-            "The upload for 0 has already failed previously (cause: {cause})"
-        )))
+        Err(WriterError::AlreadyFailed(AlreadyFailed {
+            failed: 0,
+            cause
+        }))
     );
     assert!(fx.scheduled.is_empty());
 
@@ -1687,14 +1682,15 @@ fn refused_schedule_fails_persist_and_marks_sqns_failed() {
 fn refused_preemptive_schedule_fails_the_append() {
     let mut w = writer(10);
     let mut fx = Fake {
-        refuse: Some("queue full".to_string()),
+        refuse: Some(Refusal::StorageClosed),
         ..Fake::default()
     };
     assert_eq!(
         w.append(&mut fx, KG, &bytes(10, 0)),
-        Err(WriterError::UploadFailed(
-            "the uploader refused change sets [0] of writer op: queue full".to_string()
-        ))
+        Err(WriterError::UploadFailed(UploadFailure::Refused(Refused {
+            change_sets: vec![0],
+            refusal: Refusal::StorageClosed
+        })))
     );
     assert_eq!(w.active_sequence_number(), 1);
     fx.refuse = None;
@@ -1714,7 +1710,7 @@ fn refused_schedule_fails_overlapping_pending_persists() {
     w.append(&mut fx, KG, b"a").unwrap();
     let t1 = pending(w.persist(&mut fx, 0, 1)); // task 0: [0]
     w.append(&mut fx, KG, b"b").unwrap();
-    fx.refuse = Some("full".to_string());
+    fx.refuse = Some(Refusal::StorageClosed);
     assert!(matches!(
         w.persist(&mut fx, 0, 2),
         Err(WriterError::UploadFailed(_))
@@ -1738,11 +1734,15 @@ fn upload_failure_fails_all_overlapping_persists() {
     assert_eq!(completions.len(), 2);
     assert_eq!(
         outcome(&completions, t1),
-        Err(WriterError::UploadFailed("io".to_string()))
+        Err(WriterError::UploadFailed(UploadFailure::Failed(
+            "io".into()
+        )))
     );
     assert_eq!(
         outcome(&completions, t2),
-        Err(WriterError::UploadFailed("io".to_string()))
+        Err(WriterError::UploadFailed(UploadFailure::Failed(
+            "io".into()
+        )))
     );
     let completions = upload(&mut w, &mut fx, 1);
     completed(&completions, t3);
@@ -1758,7 +1758,9 @@ fn failure_below_truncation_is_not_remembered() {
     let completions = fail(&mut w, &mut fx, 0, "io");
     assert_eq!(
         outcome(&completions, ticket),
-        Err(WriterError::UploadFailed("io".to_string()))
+        Err(WriterError::UploadFailed(UploadFailure::Failed(
+            "io".into()
+        )))
     );
     w.append(&mut fx, KG, b"b").unwrap();
     pending(w.persist(&mut fx, 1, 2));
@@ -1840,9 +1842,10 @@ fn truncate_while_in_flight_releases_results_on_arrival() {
     assert_eq!(fx.ref_counts["local/0"], 1);
     assert_eq!(
         w.persist(&mut fx, 0, 2),
-        Err(WriterError::Truncated(
-            "Requested changes were truncated (requested: 0, truncated: 1)".to_string()
-        ))
+        Err(WriterError::Truncated(Truncated {
+            requested: 0,
+            truncated: 1,
+        }))
     );
     let again = ready(w.persist(&mut fx, 1, 2));
     assert_eq!(again.remote.entries, snapshot.remote.entries[1..].to_vec());
@@ -1862,9 +1865,7 @@ fn truncate_and_close_releases_entries_from_on_only() {
     let completions = w.truncate_and_close(&mut fx, 1).unwrap();
     assert_eq!(
         outcome(&completions, t),
-        Err(WriterError::Closed(
-            "writer op was closed while persisting [3, 4) for checkpoint 4".to_string()
-        ))
+        Err(closed_while_persisting(3, 4, 4))
     );
     assert_eq!(
         paths_of(&fx.releases),
@@ -2304,11 +2305,12 @@ fn a_task_that_comes_back_short_fails_the_persists_it_leaves_missing() {
     let Err(WriterError::UploadFailed(cause)) = &completion.outcome else {
         panic!("{completion:?}")
     };
-    assert!(
-        cause.contains(&format!(
-            "task {task} returned no result for change sets [1]"
-        )),
-        "{cause}"
+    assert_eq!(
+        cause,
+        &UploadFailure::NoResult(NoResult {
+            task,
+            change_sets: vec![1]
+        })
     );
     assert_eq!(w.pending_persists(), 0);
     assert!(matches!(

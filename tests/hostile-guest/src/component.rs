@@ -10,6 +10,7 @@ wit_bindgen::generate!({
 
 use dstl::changelog::types as w;
 use dstl::changelog::{local_registry, registry, uploader};
+use exports::dstl::changelog::errors::Guest as ErrorsGuest;
 use exports::dstl::changelog::files::{self, Guest as FilesGuest};
 use exports::dstl::changelog::reader::{Guest as ReaderGuest, PackedChanges};
 use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
@@ -40,8 +41,9 @@ fn handle(path: &str) -> w::StreamHandle {
     }
 }
 
+/// A command this guest cannot run: the one error case that carries text.
 fn invalid(message: String) -> w::WriterError {
-    w::WriterError::InvalidArgument(message)
+    w::WriterError::UploadFailed(w::UploadFailure::Failed(message))
 }
 
 impl Hostile {
@@ -158,7 +160,18 @@ impl Hostile {
             id,
             change_sets: &change_sets,
         })
-        .map_err(w::WriterError::UploadFailed)
+        .map_err(|refusal| {
+            w::WriterError::UploadFailed(w::UploadFailure::Refused(w::Refused {
+                change_sets: Vec::new(),
+                refusal,
+            }))
+        })
+    }
+}
+
+impl ErrorsGuest for Component {
+    fn describe(error: w::WriterError) -> String {
+        format!("{error:?}")
     }
 }
 

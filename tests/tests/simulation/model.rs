@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use dstl::writer_error::AlreadyFailed;
 use dstl::{KeyGroupRange, SnapshotResult, WriterId};
 use dstl_tests::fault_store::{Block, Written};
 
@@ -417,23 +418,15 @@ impl Model {
             })
     }
 
-    /// The number `AlreadyFailed` names: "The upload for N has already failed ...".
-    fn failed_sqn(message: &str) -> u64 {
-        message
-            .strip_prefix("The upload for ")
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("AlreadyFailed message without a sequence number: {message}"))
-    }
-
     /// An `AlreadyFailed` error for a persist (or pre-emptive persist) from `from`.
-    pub fn learn_failure(&mut self, i: usize, from: u64, message: &str) {
+    pub fn learn_failure(&mut self, i: usize, from: u64, error: &AlreadyFailed) {
+        let message = error;
         assert!(
             self.may_fail(i, from),
             "{}: AlreadyFailed for a persist from {from} although no upload from there on can have failed: {message}",
             self.writers[i].name
         );
-        let failed = Self::failed_sqn(message);
+        let failed = error.failed;
         assert!(
             failed >= from,
             "{}: AlreadyFailed for a persist from {from} names {failed}: {message}",

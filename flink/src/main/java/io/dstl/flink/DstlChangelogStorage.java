@@ -94,8 +94,6 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
                 }
             };
     private DstlMetrics metrics;
-    /** Bytes of open changes at which a writer persists pre-emptively. */
-    private long preemptiveThreshold;
     private StateChangelogStorageView<ChangelogStateHandleStreamImpl> view;
 
     /** Persists whose outcome has not arrived yet, by request id. */
@@ -148,7 +146,6 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
                         name,
                         keyGroupRange,
                         mailboxExecutor,
-                        preemptiveThreshold,
                         availability);
         synchronized (this) {
             if (closed) {
@@ -269,8 +266,6 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         nativeStorage = storage;
         availability = new Availability(storage);
         metrics = DstlMetrics.register(metricGroup, storage);
-        // As the native side parsed it: one syntax, one value.
-        preemptiveThreshold = storage.preemptiveThreshold();
         completionThread = new Thread(() -> deliverCompletions(storage), "dstl-completions-" + jobId);
         // A daemon: it never keeps a TaskManager (or a test JVM) alive.
         completionThread.setDaemon(true);

@@ -21,10 +21,12 @@ import org.slf4j.LoggerFactory;
  * behind JNI, with Flink's writer semantics.
  *
  * <p>Appends are packed into three direct buffers (key groups, lengths, values) and cross JNI
- * as one batch: when the buffers fill, before any other call of this writer (so the writer
- * sees every operation in order), and when the open change set reaches the pre-emptive
- * persist threshold (so pre-emptive uploads start when Flink's would). A change too large for
- * the buffers goes across on its own. Flink calls a writer from its task thread only; the
+ * as one batch: before any other call of this writer (so the writer sees every operation in
+ * order), and when the batch uses up the budget the native writer publishes after each
+ * hand-off (dstl's one hand-off rule, which hands a batch over exactly when the open change
+ * set reaches the pre-emptive persist threshold, so pre-emptive uploads start when Flink's
+ * would). A value at or above the budget's {@code aloneAt} goes across on its own. This class
+ * keeps no threshold of its own: the buffers' sizes come from the native side too. Flink calls a writer from its task thread only; the
  * native calls are synchronized all the same, so the storage can free a writer its task
  * never closed. A call that waits for upload capacity holds the writer's monitor; it ends
  * when its thread is interrupted (a cancelled task), when the writer is closed from another
@@ -35,12 +37,12 @@ import org.slf4j.LoggerFactory;
 final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHandleStreamImpl> {
     private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogWriter.class);
 
-    /** Changes per batch. */
-    static final int MAX_CHANGES = 4096;
-    /** Value bytes per batch; with the two int columns, the off-heap buffers of one writer. */
-    static final int DATA_CAPACITY = 128 << 10;
-    /** Values at least this large skip the buffers. */
-    private static final int DIRECT_APPEND = 16 << 10;
+    /** What the batch buffers must hold, as the native side says: {@code changes << 32 | aloneAt}. */
+    private static final long LIMITS = Native.batchLimits();
+    /** Changes a batch holds at most. */
+    private static final int MAX_CHANGES = (int) (LIMITS >>> 32);
+    /** Values this large or larger are never buffered, so this many bytes hold any batch. */
+    private static final int DATA_CAPACITY = (int) LIMITS;
 
     private static final int META = -1;
 
@@ -48,16 +50,21 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     private final String name;
     private final KeyGroupRange range;
     private final MailboxExecutor mailbox;
-    private final long preemptiveThreshold;
     private final Availability availability;
 
     private final ByteBuffer keyGroups;
     private final ByteBuffer lengths;
     private final ByteBuffer data;
+    /** The native writer's hand-off budget, published after each call that changes it. */
+    private final ByteBuffer budget;
     private int count;
     private int bytes;
-    /** Value bytes appended since the open change set began, as the guest counts them. */
-    private long openBytes;
+    /** The batch is handed over by the append that brings its bytes to this ... */
+    private long budgetBytes;
+    /** ... or its count to this. */
+    private int budgetChanges;
+    /** Values this large or larger go alone. */
+    private int aloneAt;
 
     /** The native writer; 0 once closed (and freed). */
     private long handle;
@@ -73,7 +80,6 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             String name,
             KeyGroupRange range,
             MailboxExecutor mailbox,
-            long preemptiveThreshold,
             Availability availability)
             throws IOException {
         this.availability = availability;
@@ -81,11 +87,11 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         this.name = name;
         this.range = range;
         this.mailbox = mailbox;
-        this.preemptiveThreshold = preemptiveThreshold;
         // Native order: the native side reads the int columns in place.
         this.keyGroups = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
         this.lengths = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
         this.data = ByteBuffer.allocateDirect(DATA_CAPACITY);
+        this.budget = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
         this.handle =
                 nativeStorage.createWriter(
                         name.getBytes(StandardCharsets.UTF_8),
@@ -93,7 +99,9 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
                         range.getEndKeyGroup(),
                         keyGroups,
                         lengths,
-                        data);
+                        data,
+                        budget);
+        readBudget();
         try {
             this.closeSignal = Native.closeSignal(handle);
         } catch (IOException | RuntimeException e) {
@@ -117,8 +125,12 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         synchronized (this) {
             try {
                 flush();
-                long next = Native.nextSequenceNumber(open("nextSequenceNumber"));
-                openBytes = 0;
+                long next;
+                try {
+                    next = Native.nextSequenceNumber(open("nextSequenceNumber"));
+                } finally {
+                    readBudget();
+                }
                 return SequenceNumber.of(next);
             } catch (IOException e) {
                 // Flink's signature has no IOException here; the cause names the writer.
@@ -148,28 +160,30 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             return;
         }
         int length = value.length;
-        if (length >= DIRECT_APPEND) {
+        if (length >= aloneAt) {
             synchronized (this) {
                 flush();
-                Native.append(open("append"), keyGroup, value);
+                try {
+                    Native.append(open("append"), keyGroup, value);
+                } finally {
+                    readBudget();
+                }
                 availability.refresh();
             }
-        } else {
-            if (count == MAX_CHANGES || bytes + length > DATA_CAPACITY) {
-                flush();
-            }
-            int slot = count * 4;
-            keyGroups.putInt(slot, keyGroup);
-            lengths.putInt(slot, length);
-            data.put(bytes, value);
-            count++;
-            bytes += length;
+            return;
         }
-        openBytes += length;
-        if (openBytes >= preemptiveThreshold) {
-            // The guest persists the open change set pre-emptively as this batch arrives.
+        if (bytes + length > DATA_CAPACITY) {
+            // Only the buffer is full: splitting a batch changes nothing the writer sees.
             flush();
-            openBytes = 0;
+        }
+        int slot = count * 4;
+        keyGroups.putInt(slot, keyGroup);
+        lengths.putInt(slot, length);
+        data.put(bytes, value);
+        count++;
+        bytes += length;
+        if (bytes >= budgetBytes || count >= budgetChanges) {
+            flush();
         }
     }
 
@@ -182,8 +196,19 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         int b = bytes;
         count = 0;
         bytes = 0;
-        Native.appendBatch(open("append"), n, b);
+        try {
+            Native.appendBatch(open("append"), n, b);
+        } finally {
+            readBudget();
+        }
         availability.refresh();
+    }
+
+    /** Reads the budget the native writer published with its last call. */
+    private void readBudget() {
+        budgetBytes = budget.getLong(0);
+        budgetChanges = Math.min(budget.getInt(8), MAX_CHANGES);
+        aloneAt = Math.min(budget.getInt(12), DATA_CAPACITY);
     }
 
     @Override
@@ -201,9 +226,10 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             } catch (IOException | RuntimeException e) {
                 storage.cancel(request);
                 throw e;
+            } finally {
+                readBudget();
             }
             availability.refresh();
-            openBytes = 0;
             return future;
         }
     }

@@ -102,7 +102,8 @@ final class Native {
 
     static native long[] metrics(long storage);
 
-    static native long preemptiveThreshold(long storage);
+    /** What a writer's batch buffers must hold: {@code changes << 32 | aloneAt}. */
+    static native long batchLimits();
 
     static native long createWriter(
             long storage,
@@ -111,7 +112,8 @@ final class Native {
             int end,
             ByteBuffer keyGroups,
             ByteBuffer lengths,
-            ByteBuffer data)
+            ByteBuffer data,
+            ByteBuffer budget)
             throws IOException;
 
     static native void appendBatch(long writer, int count, int bytes) throws IOException;

@@ -57,13 +57,18 @@ final class NativeStorage {
         }
     }
 
-    long createWriter(byte[] name, int start, int end, ByteBuffer keyGroups, ByteBuffer lengths, ByteBuffer data)
+    long createWriter(
+            byte[] name,
+            int start,
+            int end,
+            ByteBuffer keyGroups,
+            ByteBuffer lengths,
+            ByteBuffer data,
+            ByteBuffer budget)
             throws IOException {
-        return open("createWriter", h -> Native.createWriter(h, name, start, end, keyGroups, lengths, data));
-    }
-
-    long preemptiveThreshold() throws IOException {
-        return open("preemptiveThreshold", Native::preemptiveThreshold);
+        return open(
+                "createWriter",
+                h -> Native.createWriter(h, name, start, end, keyGroups, lengths, data, budget));
     }
 
     /** Whether uploads are accepted without blocking; true once closing (nothing waits any more). */
