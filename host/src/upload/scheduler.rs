@@ -6,6 +6,9 @@
 //!
 //! The batching decisions are [`Batcher`]'s; this is the thin tokio loop around it: one
 //! timer task sleeps until the batch's deadline and is woken when a new deadline is set.
+//! A batch that leaves runs in steps: `run_batch` (the file, under the retry policy) gives
+//! an outcome; `record_success` or `record_failure` records it and tracks its file; the
+//! outcomes are then delivered to their writers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,15 +20,17 @@ use dstl_proto::types::UploadTask;
 use tokio::sync::{Notify, Semaphore};
 use tracing::Instrument;
 
+use super::attempt::UploadedFile;
 use super::buffers::BlockPool;
 use super::retry::{self, RetryPolicy};
-use super::throttle::{Refused, Throttle};
+use super::throttle::Throttle;
 use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
 use crate::registry::{Registries, WriterId};
 use crate::store::lease::LeaseWatch;
 use crate::sync::LockExt;
+use dstl_proto::error::Refusal;
 
 /// The tasks of a batch as `writer-id/task-id`, for its span.
 struct TaskIds<'a>(&'a [Recipient]);
@@ -227,18 +232,12 @@ impl Scheduler {
         cancel: &AtomicBool,
         task: UploadTask,
         background: bool,
-    ) -> Result<(), UploadError> {
+    ) -> Result<(), Refusal> {
         let size = task
             .change_sets
             .iter()
             .fold(0u64, |sum, c| sum.saturating_add(c.size));
-        self.throttle
-            .admit(size, cancel)
-            .map_err(|refused| match refused {
-                Refused::Closed => UploadError::StorageClosed,
-                Refused::Cancelled => UploadError::WriterClosed,
-                Refused::Interrupted => UploadError::Interrupted,
-            })?;
+        self.throttle.admit(size, cancel)?;
         let mut queue = self.queue.locked();
         #[cfg(feature = "test-util")]
         if self.panic_next_submit.swap(false, Ordering::SeqCst) {
@@ -264,7 +263,7 @@ impl Scheduler {
             // Closed: the batcher dropped the task.
             drop(queue);
             self.throttle.release(size);
-            return Err(UploadError::StorageClosed);
+            return Err(Refusal::StorageClosed);
         };
         self.metrics.upload_queue.increment(1.0);
         let new_deadline = !had_deadline && queue.batcher.poll_timeout().is_some();
@@ -328,130 +327,27 @@ impl Scheduler {
         // gc collect the file.
         let generation = self.lease.generation();
         let this = self.clone();
+        // Taken now, not when the task first runs: the storage is not idle from here on.
         let job = self.outstanding.start();
         let batch_span = span.clone();
         let upload = async move {
             let tasks = Arc::new(tasks);
-            let uploader = this.uploader.clone();
-            let loser = this.uploader.clone();
-            let attempt_tasks = tasks.clone();
-            let outcome = retry::execute(
-                this.policy,
-                this.permits.clone(),
-                move |attempt| {
-                    let span = tracing::debug_span!(
-                        parent: &batch_span,
-                        "upload_attempt",
-                        attempt,
-                        outcome = tracing::field::Empty,
-                    );
-                    let _entered = span.enter();
-                    let result = uploader.upload(&attempt_tasks);
-                    span.record("outcome", if result.is_ok() { "ok" } else { "failed" });
-                    if let Err(error) = &result {
-                        tracing::debug!(%error, "upload attempt failed");
-                    }
-                    result
-                },
-                move |file| loser.discard(file),
-                job,
-            )
-            .await;
-            let recycle = |tasks: Arc<Vec<UploadTask>>| {
-                // Attempts that lost a race may still hold the tasks; then they are freed.
-                if let Ok(tasks) = Arc::try_unwrap(tasks) {
-                    for block in tasks.into_iter().flat_map(|t| t.change_sets) {
-                        this.blocks.put(block.block);
-                    }
-                }
-            };
-            let span = tracing::Span::current();
+            let outcome = this.run_batch(tasks.clone(), batch_span, job).await;
+            let task_count = tasks.len();
+            this.recycle(tasks);
             let Some(recipients) = this.running.locked().remove(&number) else {
                 // Abandoned at close: the persists failed already, so the file is nobody's.
-                span.record("outcome", "abandoned");
+                tracing::Span::current().record("outcome", "abandoned");
                 tracing::debug!("upload batch abandoned at close");
                 if let Ok(success) = outcome {
                     this.uploader.discard(success.result);
                 }
-                recycle(tasks);
                 return;
             };
-            let outcomes: Vec<UploadOutcome> = match outcome {
-                Ok(success) => {
-                    span.record("attempts", success.total_attempts);
-                    span.record("outcome", "ok");
-                    tracing::debug!(
-                        attempt = success.attempt,
-                        file = %success.result.remote,
-                        written = success.result.written,
-                        "upload batch finished"
-                    );
-                    let file = success.result;
-                    this.metrics
-                        .attempts_per_upload
-                        .record(success.attempt as u64);
-                    this.metrics
-                        .total_attempts_per_upload
-                        .record(success.total_attempts as u64);
-                    Metrics::add(&this.metrics.uploaded_files, 1);
-                    Metrics::add(&this.metrics.written_bytes, file.written);
-                    this.registries
-                        .task
-                        .track(&file.remote, file.change_sets, generation);
-                    if let Some(local) = &file.local {
-                        // A local copy is claimed by each writer with change sets in it.
-                        for (recipient, results) in recipients.iter().zip(&file.per_task) {
-                            this.registries.local.hold(
-                                recipient.writer,
-                                local,
-                                results.len() as u64,
-                            );
-                        }
-                    }
-                    recipients
-                        .iter()
-                        .zip(file.per_task)
-                        .map(|(recipient, results)| UploadOutcome::Succeeded {
-                            task: recipient.task,
-                            results,
-                        })
-                        .collect()
-                }
-                Err(error) => {
-                    if let UploadError::Failed { attempts, .. }
-                    | UploadError::TimedOut { attempts, .. } = &error
-                    {
-                        span.record("attempts", attempts);
-                    }
-                    span.record("outcome", "failed");
-                    match this.note_failure(root_cause(&error)) {
-                        None => tracing::debug!(
-                            tasks = tasks.len(),
-                            %error,
-                            "upload batch failed for the same cause again"
-                        ),
-                        Some(0) => tracing::warn!(
-                            tasks = tasks.len(),
-                            %error,
-                            "upload batch failed (failures for the same cause in the next minute are logged at debug level)"
-                        ),
-                        Some(repeats) => tracing::warn!(
-                            tasks = tasks.len(),
-                            %error,
-                            repeats,
-                            "upload batch failed, as {repeats} more did for the same cause since the last warning (logged at debug level)"
-                        ),
-                    }
-                    recipients
-                        .iter()
-                        .map(|recipient| UploadOutcome::Failed {
-                            task: recipient.task,
-                            error: error.clone(),
-                        })
-                        .collect()
-                }
+            let outcomes = match outcome {
+                Ok(success) => this.record_success(success, &recipients, generation),
+                Err(error) => this.record_failure(error, &recipients, task_count),
             };
-            recycle(tasks);
             let delivery = Delivery {
                 scheduler: this.clone(),
                 pending: recipients.into_iter().zip(outcomes).collect(),
@@ -463,6 +359,141 @@ impl Scheduler {
             }
         };
         self.runtime.spawn(upload.instrument(span));
+    }
+
+    /// Step 1: writes the batch's tasks as one file under the retry policy, each attempt
+    /// in a span of its own below `batch_span`; `job` keeps the storage from reporting
+    /// idle until the attempts that lost are discarded.
+    async fn run_batch(
+        &self,
+        tasks: Arc<Vec<UploadTask>>,
+        batch_span: tracing::Span,
+        job: Job,
+    ) -> Result<retry::Success<UploadedFile>, UploadError> {
+        let uploader = self.uploader.clone();
+        let loser = self.uploader.clone();
+        retry::execute(
+            self.policy,
+            self.permits.clone(),
+            move |attempt| {
+                let span = tracing::debug_span!(
+                    parent: &batch_span,
+                    "upload_attempt",
+                    attempt,
+                    outcome = tracing::field::Empty,
+                );
+                let _entered = span.enter();
+                let result = uploader.upload(&tasks);
+                span.record("outcome", if result.is_ok() { "ok" } else { "failed" });
+                if let Err(error) = &result {
+                    tracing::debug!(%error, "upload attempt failed");
+                }
+                result
+            },
+            move |file| loser.discard(file),
+            job,
+        )
+        .await
+    }
+
+    /// Returns the tasks' block buffers to the pool, unless attempts that lost a race
+    /// still hold them (then they are freed when those end).
+    fn recycle(&self, tasks: Arc<Vec<UploadTask>>) {
+        if let Ok(tasks) = Arc::try_unwrap(tasks) {
+            for block in tasks.into_iter().flat_map(|t| t.change_sets) {
+                self.blocks.put(block.block);
+            }
+        }
+    }
+
+    /// Step 2 of a batch that was written: records it (span, log, metrics), tracks its
+    /// file in the registries (stamped with the lease `generation`, with a claim of each
+    /// writer on a local copy), and returns each task's outcome, in `recipients` order.
+    fn record_success(
+        &self,
+        success: retry::Success<UploadedFile>,
+        recipients: &[Recipient],
+        generation: u64,
+    ) -> Vec<UploadOutcome> {
+        let span = tracing::Span::current();
+        span.record("attempts", success.total_attempts);
+        span.record("outcome", "ok");
+        tracing::debug!(
+            attempt = success.attempt,
+            file = %success.result.remote,
+            written = success.result.written,
+            "upload batch finished"
+        );
+        let file = success.result;
+        self.metrics
+            .attempts_per_upload
+            .record(success.attempt as u64);
+        self.metrics
+            .total_attempts_per_upload
+            .record(success.total_attempts as u64);
+        Metrics::add(&self.metrics.uploaded_files, 1);
+        Metrics::add(&self.metrics.written_bytes, file.written);
+        self.registries
+            .task
+            .track(&file.remote, file.change_sets, generation);
+        if let Some(local) = &file.local {
+            // A local copy is claimed by each writer with change sets in it.
+            for (recipient, results) in recipients.iter().zip(&file.per_task) {
+                self.registries
+                    .local
+                    .hold(recipient.writer, local, results.len() as u64);
+            }
+        }
+        recipients
+            .iter()
+            .zip(file.per_task)
+            .map(|(recipient, results)| UploadOutcome::Succeeded {
+                task: recipient.task,
+                results,
+            })
+            .collect()
+    }
+
+    /// Step 2 of a batch that failed for good: records it (span, and a warning per new
+    /// cause, repeats of the same cause at debug level) and returns each task's outcome.
+    fn record_failure(
+        &self,
+        error: UploadError,
+        recipients: &[Recipient],
+        tasks: usize,
+    ) -> Vec<UploadOutcome> {
+        let span = tracing::Span::current();
+        if let UploadError::Failed { attempts, .. } | UploadError::TimedOut { attempts, .. } =
+            &error
+        {
+            span.record("attempts", attempts);
+        }
+        span.record("outcome", "failed");
+        match self.note_failure(root_cause(&error)) {
+            None => tracing::debug!(
+                tasks,
+                %error,
+                "upload batch failed for the same cause again"
+            ),
+            Some(0) => tracing::warn!(
+                tasks,
+                %error,
+                "upload batch failed (failures for the same cause in the next minute are logged at debug level)"
+            ),
+            Some(repeats) => tracing::warn!(
+                tasks,
+                %error,
+                repeats,
+                "upload batch failed, as {repeats} more did for the same cause since the last warning (logged at debug level)"
+            ),
+        }
+        recipients
+            .iter()
+            .map(|recipient| UploadOutcome::Failed {
+                task: recipient.task,
+                error: error.clone(),
+            })
+            .collect()
     }
 
     /// Hands `outcome` to its writer; if the writer is gone, a success's files are
