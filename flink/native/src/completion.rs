@@ -102,24 +102,30 @@ impl Queue {
     }
 }
 
+/// The version of the outcome format below; `Completion.java` reads only this one, so
+/// a jar whose Java and native halves disagree fails with a message instead of reading
+/// garbage.
+pub const FORMAT_VERSION: u8 = 2;
+
 /// The outcome as `Completion.java` reads it (big-endian, as `DataInputStream`):
-/// `i64 request, u8 status` then, for 0 (done), `i64 state size, i64 incremental size`,
-/// the remote entries, `u8 has local` and the local entries; for 1 (failed), the message.
-/// Entries: `i32 count`, then per entry `string path, i64 file size, i64 offset, i64 size`.
-/// Strings: `i32 length` and UTF-8.
+/// `i64 request` (first in every version, so a reader of another version can still fail
+/// the persist it answers), `u8 version` ([`FORMAT_VERSION`]), `u8 status` then, for 0 (done), the
+/// remote handle, `u8 has local` and the local handle, as the writer built them (Java
+/// computes nothing of its own); for 1 (failed), the message. Handles: `i64 state size,
+/// i64 incremental size, i32 count`, then per entry `string path, i64 file size, i64
+/// offset, i64 size`. Strings: `i32 length` and UTF-8.
 fn encode(request: i64, outcome: Result<SnapshotResult, dstl::Error>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.extend(request.to_be_bytes());
+    out.push(FORMAT_VERSION);
     match outcome {
         Ok(result) => {
             out.push(0);
-            out.extend((result.remote.state_size as i64).to_be_bytes());
-            out.extend((result.remote.incremental_size as i64).to_be_bytes());
-            entries(&mut out, &result.remote);
+            handle(&mut out, &result.remote);
             match &result.local {
                 Some(local) => {
                     out.push(1);
-                    entries(&mut out, local);
+                    handle(&mut out, local);
                 }
                 None => out.push(0),
             }
@@ -132,7 +138,9 @@ fn encode(request: i64, outcome: Result<SnapshotResult, dstl::Error>) -> Vec<u8>
     out
 }
 
-fn entries(out: &mut Vec<u8>, handle: &ChangelogHandle) {
+fn handle(out: &mut Vec<u8>, handle: &ChangelogHandle) {
+    out.extend((handle.state_size as i64).to_be_bytes());
+    out.extend((handle.incremental_size as i64).to_be_bytes());
     out.extend((handle.entries.len() as i32).to_be_bytes());
     for entry in &handle.entries {
         string(out, &entry.handle.path);

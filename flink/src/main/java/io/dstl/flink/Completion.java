@@ -19,10 +19,14 @@ import org.apache.flink.runtime.state.changelog.ChangelogStateHandleStreamImpl;
 import org.apache.flink.runtime.state.filesystem.FileStateHandle;
 
 /**
- * A persist's outcome as the native side encodes it ({@code flink/native/src/completion.rs}),
- * and the Flink handles built from it.
+ * A persist's outcome as the native side encodes it ({@code flink/native/src/completion.rs},
+ * which declares the format and its version), and the Flink handles built from it: the
+ * handles as the writer built them, sizes included.
  */
 final class Completion {
+    /** The format version this class reads ({@code FORMAT_VERSION} in completion.rs). */
+    static final int FORMAT_VERSION = 2;
+
     /**
      * The identifier dstl's handles carry. Flink picks the reader of a restored job by the
      * first handle's identifier; with Flink's own, dstl's checkpoints restore with or without
@@ -34,28 +38,18 @@ final class Completion {
     /** Why the persist failed, or null. */
     final String failure;
 
-    private final long stateSize;
-    private final long incrementalSize;
-    private final List<Entry> remote;
-    /** Null without local copies. */
-    private final List<Entry> local;
+    private final Handle remote;
+    /** Null when the writer built no local handle. */
+    private final Handle local;
 
-    private Completion(
-            long request,
-            String failure,
-            long stateSize,
-            long incrementalSize,
-            List<Entry> remote,
-            List<Entry> local) {
+    private Completion(long request, String failure, Handle remote, Handle local) {
         this.request = request;
         this.failure = failure;
-        this.stateSize = stateSize;
-        this.incrementalSize = incrementalSize;
         this.remote = remote;
         this.local = local;
     }
 
-    /** The request id an outcome answers: its first field. */
+    /** The request id an outcome answers: its first field in every version. */
     static long request(byte[] bytes) throws IOException {
         return new DataInputStream(new ByteArrayInputStream(bytes)).readLong();
     }
@@ -63,41 +57,30 @@ final class Completion {
     static Completion decode(byte[] bytes) throws IOException {
         DataInputStream in = new DataInputStream(new ByteArrayInputStream(bytes));
         long request = in.readLong();
-        if (in.readByte() != 0) {
-            return new Completion(request, string(in), 0, 0, List.of(), null);
+        int version = in.readUnsignedByte();
+        if (version != FORMAT_VERSION) {
+            throw new IOException("dstl: a persist outcome of format " + version + ", but this jar reads format "
+                    + FORMAT_VERSION + ": its Java classes and native library come from different builds");
         }
-        long stateSize = in.readLong();
-        long incrementalSize = in.readLong();
-        List<Entry> remote = entries(in);
-        List<Entry> local = in.readByte() != 0 ? entries(in) : null;
-        return new Completion(request, null, stateSize, incrementalSize, remote, local);
+        if (in.readByte() != 0) {
+            return new Completion(request, string(in), null, null);
+        }
+        Handle remote = handle(in);
+        Handle local = in.readByte() != 0 ? handle(in) : null;
+        return new Completion(request, null, remote, local);
     }
 
-    /** Flink's snapshot: the remote handle, and the local one when Flink recovers locally. */
+    /**
+     * Flink's snapshot: the remote handle, and the local one when the writer built one (every
+     * change set has a local copy) and Flink recovers locally.
+     */
     SnapshotResult<ChangelogStateHandleStreamImpl> snapshot(
             KeyGroupRange range, boolean localRecovery, String objectScheme) {
-        ChangelogStateHandleStreamImpl remoteHandle =
-                handle(remote, range, stateSize, incrementalSize, objectScheme);
-        if (localRecovery && local != null && local.size() == remote.size()) {
-            long localSize = local.stream().mapToLong(e -> e.size).sum();
-            // As Flink's writer: a local handle reports no incremental size.
-            return SnapshotResult.withLocalState(remoteHandle, handle(local, range, localSize, 0, objectScheme));
+        ChangelogStateHandleStreamImpl remoteHandle = remote.flink(range, objectScheme);
+        if (localRecovery && local != null) {
+            return SnapshotResult.withLocalState(remoteHandle, local.flink(range, objectScheme));
         }
         return SnapshotResult.of(remoteHandle);
-    }
-
-    private static ChangelogStateHandleStreamImpl handle(
-            List<Entry> entries, KeyGroupRange range, long size, long incremental, String objectScheme) {
-        // One FileStateHandle per file, shared by its change sets, spelled one way: the
-        // JobManager keys shared state by the path's URI.
-        Map<String, StreamStateHandle> files = new HashMap<>();
-        List<Tuple2<StreamStateHandle, Long>> pairs = new ArrayList<>(entries.size());
-        for (Entry e : entries) {
-            StreamStateHandle file =
-                    files.computeIfAbsent(e.path, p -> new FileStateHandle(flinkPath(p, objectScheme), e.fileSize));
-            pairs.add(Tuple2.of(file, e.offset));
-        }
-        return new ChangelogStateHandleStreamImpl(pairs, range, size, incremental, STORAGE_ID);
     }
 
     /**
@@ -115,13 +98,41 @@ final class Completion {
         return new Path(path);
     }
 
-    private static List<Entry> entries(DataInputStream in) throws IOException {
+    private static Handle handle(DataInputStream in) throws IOException {
+        long stateSize = in.readLong();
+        long incrementalSize = in.readLong();
         int count = in.readInt();
         List<Entry> entries = new ArrayList<>(count);
         for (int i = 0; i < count; i++) {
             entries.add(new Entry(string(in), in.readLong(), in.readLong(), in.readLong()));
         }
-        return entries;
+        return new Handle(stateSize, incrementalSize, entries);
+    }
+
+    /** A changelog handle as the writer built it. */
+    private static final class Handle {
+        final long stateSize;
+        final long incrementalSize;
+        final List<Entry> entries;
+
+        Handle(long stateSize, long incrementalSize, List<Entry> entries) {
+            this.stateSize = stateSize;
+            this.incrementalSize = incrementalSize;
+            this.entries = entries;
+        }
+
+        ChangelogStateHandleStreamImpl flink(KeyGroupRange range, String objectScheme) {
+            // One FileStateHandle per file, shared by its change sets, spelled one way: the
+            // JobManager keys shared state by the path's URI.
+            Map<String, StreamStateHandle> files = new HashMap<>();
+            List<Tuple2<StreamStateHandle, Long>> pairs = new ArrayList<>(entries.size());
+            for (Entry e : entries) {
+                StreamStateHandle file = files.computeIfAbsent(
+                        e.path, p -> new FileStateHandle(flinkPath(p, objectScheme), e.fileSize));
+                pairs.add(Tuple2.of(file, e.offset));
+            }
+            return new ChangelogStateHandleStreamImpl(pairs, range, stateSize, incrementalSize, STORAGE_ID);
+        }
     }
 
     private static String string(DataInputStream in) throws IOException {
