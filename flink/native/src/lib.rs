@@ -15,6 +15,7 @@
 
 mod completion;
 mod jni;
+mod metrics;
 mod object_files;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -410,8 +411,23 @@ pub extern "system" fn Java_io_dstl_flink_Native_batchLimits(
     )
 }
 
+/// `byte[] metricNames()`: the metrics `metrics` reports, a UTF-8 line `KIND NAME` each,
+/// in its order (`crate::metrics`).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_dstl_flink_Native_metricNames(
+    env: *mut JNIEnv,
+    _class: jclass,
+) -> jbyteArray {
+    entry(
+        env,
+        || "metricNames".into(),
+        std::ptr::null_mut(),
+        |env| Ok(env.new_bytes(crate::metrics::names().as_bytes())),
+    )
+}
+
 /// `long[] metrics(long storage)`: the storage's upload metrics, in the order
-/// `DstlMetrics.java` reads them.
+/// `metricNames` lists them.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_dstl_flink_Native_metrics(
     env: *mut JNIEnv,
@@ -429,31 +445,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_metrics(
             let Some(open) = guard.as_ref() else {
                 return Ok(std::ptr::null_mut());
             };
-            let m = open.metrics();
-            let mut values = vec![
-                m.upload_requests as i64,
-                m.upload_failures as i64,
-                m.upload_queue_size as i64,
-                m.bytes_in_flight as i64,
-                m.uploaded_files as i64,
-                m.written_bytes as i64,
-            ];
-            for h in [
-                &m.upload_sizes,
-                &m.upload_latencies_nanos,
-                &m.attempts_per_upload,
-                &m.total_attempts_per_upload,
-                &m.upload_batch_sizes,
-            ] {
-                values.extend([
-                    h.count as i64,
-                    h.min as i64,
-                    h.max as i64,
-                    h.mean.round() as i64,
-                    h.p50 as i64,
-                    h.p99 as i64,
-                ]);
-            }
+            let values = crate::metrics::values(&open.metrics());
             Ok(env.new_longs(&values))
         },
     )

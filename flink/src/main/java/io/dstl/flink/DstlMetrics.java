@@ -1,5 +1,7 @@
 package io.dstl.flink;
 
+import java.nio.charset.StandardCharsets;
+
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Gauge;
 import org.apache.flink.metrics.Histogram;
@@ -17,17 +19,11 @@ import org.apache.flink.metrics.MetricGroup;
  */
 final class DstlMetrics {
     private static final String PREFIX = "ChangelogStorage.";
-
-    // Indexes into Native.metrics().
-    private static final int UPLOAD_REQUESTS = 0;
-    private static final int UPLOAD_FAILURES = 1;
-    private static final int QUEUE_SIZE = 2;
-    private static final int IN_FLIGHT = 3;
-    private static final int HISTOGRAMS = 6;
+    /** Longs a histogram takes in {@code Native.metrics()}: count, min, max, mean, p50, p99. */
     private static final int HISTOGRAM_FIELDS = 6;
 
     private final NativeStorage storage;
-    private long[] values = new long[HISTOGRAMS + 5 * HISTOGRAM_FIELDS];
+    private long[] values = new long[0];
     private long readAt;
     private boolean closed;
 
@@ -35,20 +31,37 @@ final class DstlMetrics {
         this.storage = storage;
     }
 
+    /**
+     * Registers every metric the native side lists ({@code Native.metricNames()}: kind and name,
+     * in the order of {@code Native.metrics()}'s values), so this class holds no name or index.
+     */
     static DstlMetrics register(MetricGroup group, NativeStorage storage) {
         DstlMetrics m = new DstlMetrics(storage);
         if (group == null) {
             return m;
         }
-        group.counter(PREFIX + "numberOfUploadRequests", m.new ReadOnlyCounter(UPLOAD_REQUESTS));
-        group.counter(PREFIX + "numberOfUploadFailures", m.new ReadOnlyCounter(UPLOAD_FAILURES));
-        group.histogram(PREFIX + "uploadSizes", m.new NativeHistogram(0));
-        group.histogram(PREFIX + "uploadLatenciesNanos", m.new NativeHistogram(1));
-        group.histogram(PREFIX + "attemptsPerUpload", m.new NativeHistogram(2));
-        group.histogram(PREFIX + "totalAttemptsPerUpload", m.new NativeHistogram(3));
-        group.histogram(PREFIX + "uploadBatchSizes", m.new NativeHistogram(4));
-        group.gauge(PREFIX + "uploadQueueSize", (Gauge<Integer>) () -> (int) m.read(QUEUE_SIZE));
-        group.gauge(PREFIX + "inFlightBytes", (Gauge<Long>) () -> m.read(IN_FLIGHT));
+        int index = 0;
+        for (String line : new String(Native.metricNames(), StandardCharsets.UTF_8).split("\n")) {
+            String[] kindAndName = line.split(" ", 2);
+            String name = PREFIX + kindAndName[1];
+            int at = index;
+            switch (kindAndName[0]) {
+                case "counter":
+                    group.counter(name, m.new ReadOnlyCounter(at));
+                    index += 1;
+                    break;
+                case "gauge":
+                    group.gauge(name, (Gauge<Long>) () -> m.read(at));
+                    index += 1;
+                    break;
+                case "histogram":
+                    group.histogram(name, m.new NativeHistogram(at));
+                    index += HISTOGRAM_FIELDS;
+                    break;
+                default:
+                    throw new IllegalStateException("dstl: the native side lists a metric of unknown kind: " + line);
+            }
+        }
         return m;
     }
 
@@ -98,8 +111,8 @@ final class DstlMetrics {
     private final class NativeHistogram implements Histogram {
         private final int base;
 
-        NativeHistogram(int histogram) {
-            this.base = HISTOGRAMS + histogram * HISTOGRAM_FIELDS;
+        NativeHistogram(int base) {
+            this.base = base;
         }
 
         @Override

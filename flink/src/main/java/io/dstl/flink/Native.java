@@ -100,6 +100,9 @@ final class Native {
 
     static native boolean awaitAvailable(long storage, long timeoutMs);
 
+    /** The metrics {@link #metrics} reports, a UTF-8 line {@code KIND NAME} each, in its order. */
+    static native byte[] metricNames();
+
     static native long[] metrics(long storage);
 
     /** What a writer's batch buffers must hold: {@code changes << 32 | aloneAt}. */
