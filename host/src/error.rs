@@ -65,11 +65,16 @@ pub enum Error {
         /// Which of the two cases, in words.
         reason: String,
     },
+    /// [`crate::ChangelogStorage::create_writer`] on a storage that was closed.
+    #[error("cannot create writer {writer}: the storage is closed")]
+    StorageClosed {
+        /// The name of the writer that was not created.
+        writer: String,
+    },
     /// A bad argument given to the host API itself, rejected before any writer sees it:
     /// a writer name that is empty, longer than 256 characters or holds control
-    /// characters, a key-group range with `start < 0` or `start > end`, a per-writer
-    /// memory limit above the storage's, or a writer created on a closed storage. The
-    /// message names the value.
+    /// characters, a key-group range with `start < 0` or `start > end`, or a per-writer
+    /// memory limit above the storage's. The message names the value.
     #[error("{0}")]
     InvalidArgument(String),
     /// [`crate::ChangelogStorage::open`] found the configuration inconsistent (e.g. a

@@ -316,9 +316,9 @@ impl ChangelogStorage {
         .check(self.services.config.writer_memory_limit)
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         if self.closing.closed.load(Ordering::Acquire) {
-            return Err(Error::InvalidArgument(format!(
-                "cannot create writer {name}: the storage is closed"
-            )));
+            return Err(Error::StorageClosed {
+                writer: name.to_string(),
+            });
         }
         let config = WriterConfig {
             name: name.to_string(),

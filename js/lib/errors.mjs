@@ -121,6 +121,16 @@ export class InvalidArgumentError extends DstlError {
   }
 }
 
+/** A writer created on a closed storage (`kind` = `storage-closed`); `writer` names it. */
+export class StorageClosedError extends DstlError {
+  constructor(writer) {
+    super('storage-closed', `cannot create writer ${writer}: the storage is closed`);
+    this.name = 'StorageClosedError';
+    /** @type {string} */
+    this.writer = writer;
+  }
+}
+
 /** A configuration key or value that cannot be used (`kind` = `config`). */
 export class ConfigError extends DstlError {
   constructor(message) {

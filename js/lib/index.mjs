@@ -7,6 +7,7 @@ export {
   ConfigError,
   DstlError,
   InvalidArgumentError,
+  StorageClosedError,
   ReadError,
   SetupError,
   TrappedError,

@@ -5,7 +5,7 @@ import { isI32 } from './args.mjs';
 import { ComponentCodec } from './codec.mjs';
 import { Config } from './config.mjs';
 import { errorMessage, loadComponent, loadRules } from './component.mjs';
-import { ConfigError, InvalidArgumentError, SetupError } from './errors.mjs';
+import { ConfigError, InvalidArgumentError, SetupError, StorageClosedError } from './errors.mjs';
 import { readHandle } from './reader.mjs';
 import { Discarder, Outstanding, Ownership } from './ownership.mjs';
 import { Metrics, Scheduler, Uploader } from './scheduler.mjs';
@@ -132,7 +132,7 @@ export class ChangelogStorage {
    * @param {{start: number, end: number}} keyGroupRange inclusive
    * @param {{memoryLimit?: number, callTimeoutMs?: number}} [options]
    * @returns {Writer}
-   * @throws {InvalidArgumentError|TrappedError}
+   * @throws {InvalidArgumentError|StorageClosedError|TrappedError}
    */
   createWriter(name, keyGroupRange, options = {}) {
     if (typeof name !== 'string') throw new InvalidArgumentError(`a writer's name must be a string, got ${typeof name}`);
@@ -157,7 +157,7 @@ export class ChangelogStorage {
     } catch (e) {
       throw new InvalidArgumentError(errorMessage(e));
     }
-    if (this.closed) throw new InvalidArgumentError(`cannot create writer ${name}: the storage is closed`);
+    if (this.closed) throw new StorageClosedError(name);
     const config = {
       name,
       keyGroupRange: { start, end },

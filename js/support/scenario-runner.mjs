@@ -12,7 +12,7 @@ import { REPO_ROOT } from './repo.mjs';
 export const SCENARIO_DIR = resolve(REPO_ROOT, 'tests', 'scenarios');
 const JOB_ID = '000000000000002a466c696e6b416e63';
 const HOSTS = new Set(['rust', 'node']);
-const ERROR_KINDS = new Set(['closed', 'truncated', 'not-yet-appended', 'already-failed', 'invalid-range', 'invalid-argument', 'upload-failed', 'trapped', 'host-invalid-argument', 'read']);
+const ERROR_KINDS = new Set(['closed', 'truncated', 'not-yet-appended', 'already-failed', 'invalid-range', 'invalid-argument', 'upload-failed', 'trapped', 'host-invalid-argument', 'storage-closed', 'read']);
 const TOP_FIELDS = new Set(['name', 'description', 'spec', 'hosts', 'only_because', 'config', 'steps']);
 
 /** Fields each operation takes (besides `op` and `expect`). */

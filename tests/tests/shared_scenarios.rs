@@ -124,6 +124,7 @@ const ERROR_KINDS: &[&str] = &[
     "upload-failed",
     "trapped",
     "host-invalid-argument",
+    "storage-closed",
     "read",
 ];
 
@@ -274,6 +275,7 @@ fn describe_error(error: &Error) -> (String, String, String) {
         Error::Upload { failure, .. } => ("upload-failed", failure.to_string()),
         Error::Trapped { cause, .. } => ("trapped", cause.clone()),
         Error::InvalidArgument(m) => ("host-invalid-argument", m.clone()),
+        Error::StorageClosed { .. } => ("storage-closed", error.to_string()),
         other => return ("other".into(), other.to_string(), display),
     };
     (kind.to_string(), detail, display)

@@ -109,6 +109,7 @@ impl From<Error> for Thrown {
                 _ => "java/io/IOException",
             },
             Error::InvalidArgument(_) | Error::Config(_) => "java/lang/IllegalArgumentException",
+            Error::StorageClosed { .. } => "java/lang/IllegalStateException",
             _ => "java/io/IOException",
         };
         Self {
@@ -498,17 +499,13 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
             }
             let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
             // A closed storage refuses as a closed writer does: IllegalStateException.
-            let closed = || Thrown {
-                class: "java/lang/IllegalStateException",
-                message: format!("dstl: cannot create writer {name}: the storage is closed"),
+            let closed = || {
+                Thrown::from(Error::StorageClosed {
+                    writer: name.clone(),
+                })
             };
             let open = guard.as_ref().ok_or_else(closed)?;
-            let writer = open
-                .create_writer(&name, KeyGroupRange { start, end })
-                .map_err(|e| match e {
-                    Error::InvalidArgument(m) if m.ends_with("the storage is closed") => closed(),
-                    e => Thrown::from(e),
-                })?;
+            let writer = open.create_writer(&name, KeyGroupRange { start, end })?;
             drop(guard);
             let handle = WriterHandle {
                 writer,
