@@ -47,6 +47,7 @@ impl Effects for HostEffects {
         uploader::schedule(wit::UploadTask {
             id: task.id,
             change_sets: &change_sets,
+            preemptive: task.preemptive,
         })
         .map_err(from_wit_refusal)
     }

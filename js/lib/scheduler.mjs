@@ -373,21 +373,21 @@ export class Scheduler {
 
   /**
    * Accepts a task of `writer` (called from the writer's `schedule` import). Never
-   * uploads or delivers on the caller's path. A `background` task (a pre-emptive upload,
-   * which no checkpoint waits for) waits for company in its batch whatever its size.
+   * uploads or delivers on the caller's path. A pre-emptive task (`task.preemptive`: no
+   * checkpoint waits for it) waits for company in its batch whatever its size.
    * @returns {'storage-closed'|null} why the task was refused (the WIT `refusal` the
    *   writer's `schedule` import answers), or null. Node never waits for in-flight
    *   capacity inside `schedule` (see `ChangelogStorage.available`), so the
    *   refusals of a wait, `writer-closed` and `interrupted`, never arise here.
    * @throws whatever else failed (a defect, not a refusal)
    */
-  submit(writer, task, background = false) {
+  submit(writer, task) {
     let size = 0;
     for (const changeSet of task.changeSets) size += Number(changeSet.size);
     const number = this.nextNumber++;
     let step;
     try {
-      const push = background ? this.batcher.pushBackground : this.batcher.push;
+      const push = task.preemptive ? this.batcher.pushBackground : this.batcher.push;
       step = push.call(this.batcher, BigInt(number), BigInt(size), now());
     } catch (e) {
       // The batcher's `err` (jco throws it as its string) means one thing: it closed,

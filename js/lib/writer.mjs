@@ -109,8 +109,6 @@ export class Writer {
   #mailbox = [];
   #busy = false;
   #fault = null;
-  /** True while the guest's `persist` runs: what it schedules is the persist's own task. */
-  #persisting = false;
   /** What the guest holds (the `holdings` of the component's ownership rules). */
   #holdings;
   #capture = new Capture();
@@ -171,7 +169,8 @@ export class Writer {
               changeSet.block = pieces.length === 1 ? pieces[0] : Buffer.concat(pieces);
               changeSet.pieces = null;
             }
-            refusal = storage.scheduler.submit(this, task, !this.#persisting);
+            // A pre-emptive task (the guest says so) may wait in its batch for company.
+            refusal = storage.scheduler.submit(this, task);
           } catch (e) {
             // A defect of the host, not a refusal: as a panic in the Rust host's
             // scheduler, it fails this writer alone once the call returns (a
@@ -361,14 +360,7 @@ export class Writer {
     return this.#callWith((live) => {
       let reply;
       try {
-        // Tasks the guest schedules now are the persist's (a checkpoint waits for them);
-        // any other is pre-emptive and may wait in its batch for company.
-        this.#persisting = true;
-        try {
-          reply = live.resource.persist(start, cp);
-        } finally {
-          this.#persisting = false;
-        }
+        reply = live.resource.persist(start, cp);
         this.#hold(PERSISTED);
       } catch (e) {
         if (isWriterErrorValue(e)) {

@@ -110,6 +110,8 @@ pub struct UploadTask<B = Vec<u8>> {
     pub id: u64,
     /// Ascending sequence numbers.
     pub change_sets: Vec<ChangeSetBlock<B>>,
+    /// Scheduled at the pre-emptive threshold, for no checkpoint: nobody waits for it.
+    pub preemptive: bool,
 }
 
 /// Where a local copy of an uploaded change set lies.

@@ -409,6 +409,7 @@ impl Writer {
             let task = UploadTask {
                 id,
                 change_sets: to_upload.into_values().collect(),
+                preemptive: ticket.is_none(),
             };
             self.in_flight.insert(
                 id,
@@ -678,8 +679,10 @@ impl Writer {
         if self.closed {
             return Vec::new();
         }
+        // Debug: the uploader has reported the failure (every writer of a failed batch
+        // would echo it here, once per writer).
         fx.log(
-            Level::Warn,
+            Level::Debug,
             &format!(
                 "writer {}: upload of change sets {:?} failed: {cause}",
                 self.config.name, in_flight.sequence_numbers

@@ -36,12 +36,6 @@ pub(crate) struct WriterCtx {
     pub holdings: Holdings,
     /// CPU time of the call running now.
     pub clock: CallClock,
-    /// An upload failure is being delivered: the scheduler has logged it already, so
-    /// the guest's warning about it goes to debug level.
-    pub delivering_failure: bool,
-    /// A `persist` call runs now: uploads it schedules belong to a checkpoint; uploads
-    /// scheduled by any other call are pre-emptive.
-    pub persisting: bool,
     /// `dstl_writer_preemptive_uploads_total` of this writer.
     preemptive_uploads: metrics::Counter,
 }
@@ -87,8 +81,6 @@ impl WriterCtx {
             closing,
             holdings: Holdings::default(),
             clock: CallClock::new(call_timeout),
-            delivering_failure: false,
-            persisting: false,
             preemptive_uploads,
         }
     }

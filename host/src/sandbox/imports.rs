@@ -22,6 +22,7 @@ struct GuestTask {
     id: u64,
     #[component(name = "change-sets")]
     change_sets: WasmList<GuestBlock>,
+    preemptive: bool,
 }
 
 #[derive(ComponentType, Lift)]
@@ -129,10 +130,10 @@ fn schedule(
         UploadTask {
             id: task.id,
             change_sets,
+            preemptive: task.preemptive,
         },
-        !ctx.persisting,
     );
-    if result.is_ok() && !ctx.persisting {
+    if result.is_ok() && task.preemptive {
         ctx.count_preemptive_upload();
     }
     Ok((result.map_err(to_wit_refusal),))
@@ -188,13 +189,6 @@ impl local_registry::Host for WriterCtx {
 impl logging::Host for WriterCtx {
     fn log(&mut self, level: logging::Level, message: String) -> wasmtime::Result<()> {
         let writer = &self.name;
-        // Every writer of a failed batch says that its change sets failed: the scheduler
-        // has logged the failure (once per cause and minute), so these echoes would only
-        // repeat it, once per writer and change set.
-        let level = match level {
-            logging::Level::Warn if self.delivering_failure => logging::Level::Debug,
-            level => level,
-        };
         match level {
             logging::Level::Trace => tracing::trace!(writer, "{message}"),
             logging::Level::Debug => tracing::debug!(writer, "{message}"),

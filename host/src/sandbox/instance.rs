@@ -168,7 +168,6 @@ impl Instance {
 
     /// `persist`. A snapshot ready at once counts as returned to the caller.
     pub fn persist(&mut self, from: u64, checkpoint: i64) -> Call<PersistReply> {
-        self.store.data_mut().persisting = true;
         let reply = self.call(|b, store, r| {
             let reply = b
                 .dstl_changelog_writer()
@@ -176,7 +175,6 @@ impl Instance {
                 .call_persist(store, r, from, checkpoint)?;
             Ok(reply.map(from_wit_reply))
         })?;
-        self.store.data_mut().persisting = false;
         if let Ok(PersistReply::Ready(snapshot)) = &reply {
             self.hand_out(snapshot)?;
         }
@@ -251,11 +249,7 @@ impl Instance {
                 UploadOutcome::Failed { task, error } => {
                     // The WIT boundary: the guest gets the uploader's words; the
                     // typed error stays here for the persists this fails.
-                    store.data_mut().delivering_failure = true;
-                    let failed =
-                        api.call_on_upload_failed(&mut *store, r, task, &error.to_string());
-                    store.data_mut().delivering_failure = false;
-                    failed?
+                    api.call_on_upload_failed(&mut *store, r, task, &error.to_string())?
                 }
             };
             Ok(Ok(completions))

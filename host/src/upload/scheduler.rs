@@ -222,16 +222,15 @@ impl Scheduler {
     }
 
     /// Accepts a task of `writer`. Blocks while the in-flight limit is reached (Flink's
-    /// back-pressure); never uploads on the caller's thread. A `background` task (a
-    /// pre-emptive upload, which no checkpoint waits for) waits for company in its batch
-    /// whatever its size ([`Batcher::push_background`]).
+    /// back-pressure); never uploads on the caller's thread. A pre-emptive task (which no
+    /// checkpoint waits for) waits for company in its batch whatever its size
+    /// ([`Batcher::push_background`]).
     pub fn submit(
         self: &Arc<Self>,
         sink: Weak<dyn OutcomeSink>,
         writer: WriterId,
         cancel: &AtomicBool,
         task: UploadTask,
-        background: bool,
     ) -> Result<(), Refusal> {
         let size = task
             .change_sets
@@ -254,7 +253,7 @@ impl Scheduler {
             task,
         };
         let had_deadline = queue.batcher.poll_timeout().is_some();
-        let pushed = if background {
+        let pushed = if queued.task.preemptive {
             queue.batcher.push_background(queued, size, Instant::now())
         } else {
             queue.batcher.push(queued, size, Instant::now())

@@ -117,6 +117,7 @@ impl Effects for Fake {
                     }
                 })
                 .collect(),
+            preemptive: task.preemptive,
         });
         Ok(())
     }
@@ -853,10 +854,10 @@ fn test_persist_failure() {
             "test".into()
         )))
     );
+    // At debug level: the uploader reported the failure already.
     assert!(
-        fx.warnings()
-            .iter()
-            .any(|m| m.contains("upload of change sets [0] failed: test"))
+        fx.logs.iter().any(|(level, m)| *level == Level::Debug
+            && m.contains("upload of change sets [0] failed: test"))
     );
 }
 
@@ -1578,8 +1579,12 @@ fn persist_completes_when_inflight_preemptive_upload_lands() {
     let mut fx = Fake::default();
     let payload = bytes(10, 4);
     w.append(&mut fx, KG, &payload).unwrap(); // pre-emptive task 0
+    assert!(fx.scheduled[0].preemptive, "no checkpoint waits for it");
     let ticket = pending(w.persist(&mut fx, 0, 1));
     assert_eq!(fx.scheduled.len(), 1, "nothing new to upload");
+    w.append(&mut fx, KG, b"x").unwrap();
+    pending(w.persist(&mut fx, 1, 2));
+    assert!(!fx.scheduled[1].preemptive, "checkpoint 2 waits for it");
     let completions = upload(&mut w, &mut fx, 0);
     assert_eq!(completions.len(), 1);
     let snapshot = completed(&completions, ticket);

@@ -159,6 +159,7 @@ impl Hostile {
         uploader::schedule(w::UploadTask {
             id,
             change_sets: &change_sets,
+            preemptive: false,
         })
         .map_err(|refusal| {
             w::WriterError::UploadFailed(w::UploadFailure::Refused(w::Refused {
