@@ -1,199 +1,24 @@
-//! Writer scenarios after Flink's writer, storage and registry tests, driven through the wasmtime
-//! host against a real directory: every call crosses into the writer component.
+//! Writer tests beyond the shared scenarios (`tests/scenarios/*.json`, which both hosts run
+//! through `shared_scenarios.rs` and `js/test/scenarios.test.mjs`), driven through the
+//! wasmtime host against a real directory: what that format cannot express (a real
+//! store's typed failure, reference counts, races), random round trips, the registries
+//! and `dstl gc` during a live job.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use dstl::manifest::ManifestFile;
-use dstl::{ChangelogStorage, Error, KeyGroupRange, TrapKind, WriterError, WriterOptions};
+use dstl::{Error, TrapKind, WriterError, WriterOptions};
 use dstl_tests::harness::{
-    RANGE, break_dir, by_key_group, changes, files, open, path_strings, repair_dir, snapshot_paths,
-    upload_error, writer_error,
+    RANGE, break_dir, by_key_group, changes, files, open, path_strings, upload_error,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Upload attempts so far, once every upload started has finished.
-fn uploads(storage: &ChangelogStorage) -> u64 {
-    storage.wait_idle();
-    storage.metrics().upload_requests
-}
+// ---- additions to shared scenarios, each named ----
 
-// ---- Flink's FsStateChangelogWriterTest ----
-
+// Adds over upload-failure-fails-only-the-failed-changes: a real store's typed I/O error, its path.
 #[test]
-fn append_below_threshold_uploads_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1000b"]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    for _ in 0..3 {
-        w.append(0, &[7; 10]).unwrap();
-    }
-    assert_eq!(uploads(&storage), 0);
-}
-
-#[test]
-fn pre_upload_at_threshold_then_persist_uploads_nothing_more() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1000b"]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, &[1; 999]).unwrap();
-    assert_eq!(uploads(&storage), 0, "999 bytes stay below the threshold");
-    w.append_meta(&[2]).unwrap();
-    assert_eq!(uploads(&storage), 1, "the threshold is inclusive");
-    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(uploads(&storage), 1);
-    assert_eq!(
-        changes(&storage, &snapshot.remote),
-        vec![(-1, vec![2]), (0, vec![1; 999])]
-    );
-    assert_eq!(snapshot.remote.state_size, 1000);
-}
-
-#[test]
-fn persist_uploads_the_change_and_reads_back() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(3, b"0123456789").unwrap();
-    let future = w.persist(0, 1).unwrap();
-    assert!(!future.is_immediate());
-    let snapshot = future.wait().unwrap();
-    assert_eq!(snapshot.remote.entries.len(), 1);
-    assert_eq!(snapshot.remote.incremental_size, 10);
-    assert_eq!(snapshot.remote.storage_id, "filesystem");
-    assert_eq!(snapshot.remote.key_group_range, RANGE);
-    assert_eq!(
-        changes(&storage, &snapshot.remote),
-        vec![(3, b"0123456789".to_vec())]
-    );
-}
-
-#[test]
-fn persist_again_after_confirm_reuses_uploads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"abc").unwrap();
-    let first = w.persist(0, 1).unwrap().wait().unwrap();
-    let to = w.next_sequence_number().unwrap();
-    w.confirm(0, to, 1).unwrap();
-    let again = w.persist(0, 2).unwrap();
-    assert!(again.is_immediate());
-    let again = again.wait().unwrap();
-    assert_eq!(again.remote.entries, first.remote.entries);
-    assert_eq!(again.remote.incremental_size, 0);
-    assert_eq!(uploads(&storage), 1);
-}
-
-#[test]
-fn files_stay_available_after_pre_upload_and_truncation() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=100b"]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    // cp1
-    w.append(0, &[1; 10]).unwrap();
-    let to1 = w.next_sequence_number().unwrap();
-    w.persist(0, 1).unwrap().wait().unwrap();
-    w.confirm(0, to1, 1).unwrap();
-    // materialization point
-    w.append(0, &[2; 10]).unwrap();
-    let materialized = w.next_sequence_number().unwrap();
-    w.append(0, &[3; 10]).unwrap();
-    // cp2 from the materialization point
-    let to2 = w.next_sequence_number().unwrap();
-    w.persist(materialized, 2).unwrap().wait().unwrap();
-    w.confirm(materialized, to2, 2).unwrap();
-    w.truncate(materialized).unwrap(); // cp1 subsumed
-    w.append(0, &[4; 10]).unwrap();
-    let to3 = w.next_sequence_number().unwrap();
-    w.persist(materialized, 3).unwrap().wait().unwrap();
-    w.confirm(materialized, to3, 3).unwrap();
-    w.append(0, &[5; 100]).unwrap(); // pre-emptive upload
-    w.truncate(to2).unwrap(); // cp2 subsumed
-    let to4 = w.next_sequence_number().unwrap();
-    let cp4 = w.persist(to2, 4).unwrap().wait().unwrap();
-    w.confirm(to2, to4, 4).unwrap();
-    storage.wait_idle();
-    for path in snapshot_paths(&cp4) {
-        assert!(Path::new(&path).exists(), "{path} of cp4 was deleted");
-    }
-    assert_eq!(
-        changes(&storage, &cp4.remote),
-        vec![(0, vec![4; 10]), (0, vec![5; 100])]
-    );
-}
-
-#[test]
-fn file_of_a_live_snapshot_survives_truncate_and_close() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=100b"]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, &[1; 10]).unwrap();
-    let cp1 = w.persist(0, 1).unwrap();
-    w.append(0, &[2; 100]).unwrap(); // pre-emptive upload of sqn 1
-    let cp1 = cp1.wait().unwrap();
-    w.truncate_and_close(1).unwrap();
-    storage.wait_idle();
-    let cp1_files = snapshot_paths(&cp1);
-    for path in &cp1_files {
-        assert!(Path::new(path).exists(), "{path} of cp1 was deleted");
-    }
-    // The pre-emptive upload's file holds only sqn 1, released by truncate-and-close
-    // (or on arrival, if it landed after the close).
-    let left = path_strings(&files(&storage.config().job_dir()));
-    assert_eq!(left.len(), 1, "left: {left:?}");
-    assert_eq!(left[0], cp1_files[0]);
-}
-
-#[test]
-fn no_re_upload_before_completion() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"x").unwrap();
-    let a = w.persist(0, 1).unwrap();
-    let b = w.persist(0, 2).unwrap();
-    assert_eq!(
-        a.wait().unwrap().remote.entries,
-        b.wait().unwrap().remote.entries
-    );
-    assert_eq!(uploads(&storage), 1);
-}
-
-#[test]
-fn persist_newly_appended_uploads_only_new_changes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"old").unwrap();
-    w.persist(0, 1).unwrap().wait().unwrap();
-    let sqn = w.next_sequence_number().unwrap();
-    w.append(1, b"new").unwrap();
-    let snapshot = w.persist(sqn, 2).unwrap().wait().unwrap();
-    assert_eq!(
-        changes(&storage, &snapshot.remote),
-        vec![(1, b"new".to_vec())]
-    );
-    assert_eq!(snapshot.remote.incremental_size, 3);
-    assert_eq!(uploads(&storage), 2);
-}
-
-#[test]
-fn persist_after_reset_loses_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"kept").unwrap();
-    w.reset(0, u64::MAX, i64::MAX).unwrap();
-    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(
-        changes(&storage, &snapshot.remote),
-        vec![(0, b"kept".to_vec())]
-    );
-}
-
-#[test]
-fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
+fn upload_failure_of_the_directory_store_is_typed_and_names_the_path() {
     let tmp = tempfile::tempdir().unwrap();
     let storage = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=10ms"]);
     let w = storage.create_writer("op", RANGE).unwrap();
@@ -201,177 +26,19 @@ fn upload_failure_fails_the_persist_and_only_the_failed_changes() {
     break_dir(&dir);
     w.append(0, b"lost").unwrap();
     let error = upload_error(w.persist(0, 1).unwrap().wait());
-    // The store's own error, typed: the job directory is now a file.
+    // The job directory is now a file.
     assert_eq!(
         error.io_error_kind(),
         Some(std::io::ErrorKind::NotADirectory),
         "{error}"
     );
-    let cause = error.to_string();
-    assert!(cause.contains(&*dir.to_string_lossy()), "{cause}");
     assert!(
-        cause.starts_with("upload failed after 3 attempts"),
-        "{cause}"
-    );
-    assert_eq!(storage.metrics().upload_failures, 3);
-    // Persisting the failed change set again fails at once, naming it.
-    let again = writer_error(w.persist(0, 2));
-    assert!(
-        matches!(&again, WriterError::AlreadyFailed(m) if m.to_string().starts_with("The upload for 0 has already failed previously")),
-        "{again:?}"
-    );
-    // Change sets after the failed one persist fine once the store works again.
-    repair_dir(&dir);
-    let sqn = w.next_sequence_number().unwrap();
-    assert_eq!(sqn, 1);
-    w.append(0, b"fresh").unwrap();
-    let snapshot = w.persist(sqn, 3).unwrap().wait().unwrap();
-    assert_eq!(
-        changes(&storage, &snapshot.remote),
-        vec![(0, b"fresh".to_vec())]
-    );
-    assert_eq!(files(&dir).len(), 1, "a failed upload leaves no file");
-}
-
-#[test]
-fn persist_of_truncated_changes_is_rejected() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"x").unwrap();
-    let sqn = w.next_sequence_number().unwrap();
-    w.truncate(sqn).unwrap();
-    assert_eq!(
-        writer_error(w.persist(0, 1)).to_string(),
-        "Requested changes were truncated (requested: 0, truncated: 1)"
+        error.to_string().contains(&*dir.to_string_lossy()),
+        "{error}"
     );
 }
 
-// ---- Flink's FsStateChangelogWriterSqnTest ----
-
-#[test]
-fn sequence_numbers_advance_only_on_rollover_of_appended_changes() {
-    type Step = fn(&dstl::Writer);
-    let append: Step = |w| w.append(0, b"x").unwrap();
-    let next: Step = |w| {
-        w.next_sequence_number().unwrap();
-    };
-    let persist_initial: Step = |w| {
-        drop(w.persist(0, 1).unwrap());
-    };
-    let truncate_initial: Step = |w| w.truncate(0).unwrap();
-    let truncate_next: Step = |w| {
-        let sqn = w.next_sequence_number().unwrap();
-        w.truncate(sqn).unwrap();
-    };
-    // (case, steps, expected active sequence number, changes left open). The host has no
-    // query that does not roll over, so the active number is probed with
-    // next-sequence-number, which adds one when changes are still open.
-    let cases: Vec<(&str, Vec<Step>, u64, bool)> = vec![
-        ("next without append", vec![next], 0, false),
-        ("next with append", vec![append, next], 1, false),
-        (
-            "persist initial without append",
-            vec![persist_initial],
-            0,
-            false,
-        ),
-        (
-            "persist initial with append",
-            vec![append, persist_initial],
-            1,
-            false,
-        ),
-        ("append", vec![append], 0, true),
-        ("append twice", vec![append, append], 0, true),
-        (
-            "truncate initial without append",
-            vec![truncate_initial],
-            0,
-            false,
-        ),
-        (
-            "truncate initial after append",
-            vec![append, truncate_initial],
-            0,
-            true,
-        ),
-        (
-            "truncate next after append",
-            vec![append, truncate_next],
-            1,
-            false,
-        ),
-    ];
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1tb"]);
-    for (name, steps, expected, open_changes) in cases {
-        let w = storage.create_writer("op", RANGE).unwrap();
-        assert_eq!(w.initial_sequence_number().unwrap(), 0);
-        for step in steps {
-            step(&w);
-        }
-        let probed = w.next_sequence_number().unwrap();
-        assert_eq!(probed - u64::from(open_changes), expected, "{name}");
-    }
-}
-
-// ---- preconditions and their messages, through the component ----
-
-#[test]
-fn preconditions_are_typed_errors_with_exact_messages() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let w = storage
-        .create_writer("op-x", KeyGroupRange { start: 0, end: 7 })
-        .unwrap();
-    assert_eq!(
-        writer_error(w.persist(5, 1)).to_string(),
-        "Requested changes were not yet appended (requested: 5, appended: 0)"
-    );
-    w.append(1, b"a").unwrap();
-    w.next_sequence_number().unwrap();
-    assert_eq!(
-        writer_error(w.confirm(1, 0, 1)).to_string(),
-        "Invalid confirm range: [1,0)"
-    );
-    assert_eq!(
-        writer_error(w.confirm(0, 3, 1)).to_string(),
-        "Invalid confirm range: [0,3), active sqn: 1"
-    );
-    assert!(
-        matches!(writer_error(w.truncate(2)), WriterError::InvalidArgument(m) if m.to_string().contains("beyond the active sequence number 1"))
-    );
-    assert!(
-        matches!(writer_error(w.append(-2, b"")), WriterError::InvalidArgument(m) if m.to_string().contains("-2"))
-    );
-    assert!(
-        matches!(writer_error(w.append(8, b"")), WriterError::InvalidArgument(m) if m.to_string().contains("key group 8 is outside the writer's key-group range [0, 7]"))
-    );
-    assert!(
-        matches!(writer_error(w.append_batch(&[1, 2], &[1], b"a")), WriterError::InvalidArgument(m) if m.to_string().contains("2 key groups but 1 lengths"))
-    );
-    assert!(
-        matches!(writer_error(w.append_batch(&[1], &[5], b"a")), WriterError::InvalidArgument(m) if m.to_string().contains("5 bytes but data holds 1"))
-    );
-    // The error names the writer.
-    let Err(e) = w.append(9, b"") else { panic!() };
-    assert!(e.to_string().starts_with("writer op-x: "), "{e}");
-    w.close().unwrap();
-    assert!(
-        matches!(writer_error(w.append(1, b"late")), WriterError::Closed(m) if m.to_string().contains("append after the writer was closed"))
-    );
-    assert!(matches!(
-        writer_error(w.persist(1, 2)),
-        WriterError::Closed(_)
-    ));
-    assert!(
-        matches!(writer_error(w.close()), WriterError::Closed(m) if m.to_string().contains("close after the writer was closed"))
-    );
-    // next-sequence-number still answers after close, frozen.
-    assert_eq!(w.next_sequence_number().unwrap(), 1);
-}
-
+// Adds over close-fails-pending-persists-and-releases-late-uploads: unforced close/upload races.
 #[test]
 fn close_fails_pending_persists_and_releases_late_uploads() {
     let tmp = tempfile::tempdir().unwrap();
@@ -401,45 +68,29 @@ fn close_fails_pending_persists_and_releases_late_uploads() {
     assert_eq!(left, returned, "closed writers leave no unreferenced file");
 }
 
-// ---- Flink's FsStateChangelogStorageTest ----
-
-fn write_and_read(compression: bool) {
+// Adds over a-trapped-writer-keeps-files-of-returned-snapshots: the file's reference count is 1.
+#[test]
+fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
     let tmp = tempfile::tempdir().unwrap();
-    let storage = open(
-        tmp.path(),
-        &[&format!("dstl.dfs.compression.enabled={compression}")],
-    );
-    let w = storage.create_writer("op", RANGE).unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let mut appended = Vec::new();
-    for key_group in 0..6 {
-        for _ in 0..20 {
-            let mut value = vec![0; 405];
-            rng.fill(&mut value[..]);
-            w.append(key_group, &value).unwrap();
-            appended.push((key_group, value));
-        }
-        w.next_sequence_number().unwrap();
-    }
-    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(snapshot.remote.entries.len(), 6);
-    assert_eq!(
-        by_key_group(changes(&storage, &snapshot.remote)),
-        by_key_group(appended)
-    );
-    let file = std::fs::read(&snapshot.remote.entries[0].handle.path).unwrap();
-    assert_eq!(file[0], u8::from(compression));
+    let storage = open(tmp.path(), &[]);
+    let w = storage
+        .create_writer_with("doomed", RANGE, WriterOptions::new().memory_limit(2 << 20))
+        .unwrap();
+    w.append(1, b"returned").unwrap();
+    let returned = w.persist(0, 1).unwrap().wait().unwrap();
+    assert!(matches!(
+        w.append(2, &vec![0; 4 << 20]),
+        Err(Error::Trapped {
+            kind: TrapKind::MemoryLimit,
+            ..
+        })
+    ));
+    storage.wait_idle();
+    let path = &returned.remote.entries[0].handle.path;
+    assert_eq!(storage.task_registry().count(path), Some(1));
 }
 
-#[test]
-fn write_and_read_plain() {
-    write_and_read(false);
-}
-
-#[test]
-fn write_and_read_compressed() {
-    write_and_read(true);
-}
+// ---- Flink's FsStateChangelogStorageTest ----
 
 #[test]
 fn random_round_trips_many_writers() {
@@ -628,166 +279,7 @@ fn local_registry_discards_below_checkpoint() {
     assert!(!h3.exists());
 }
 
-// ---- sandbox isolation ----
-
-#[test]
-fn a_trapping_writer_does_not_disturb_another() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let healthy = storage.create_writer("healthy", RANGE).unwrap();
-    let doomed = storage
-        .create_writer_with("doomed", RANGE, WriterOptions::new().memory_limit(2 << 20))
-        .unwrap();
-    healthy.append(1, b"before").unwrap();
-    doomed.append(1, b"small is fine").unwrap();
-    let pending = healthy.persist(0, 1).unwrap();
-    // 4 MiB cannot be copied into a sandbox capped at 2 MiB: the guest traps.
-    let trap = doomed.append(2, &vec![0; 4 << 20]).unwrap_err();
-    match &trap {
-        Error::Trapped {
-            writer,
-            kind,
-            cause,
-        } => {
-            assert_eq!(writer, "doomed");
-            assert_eq!(*kind, TrapKind::MemoryLimit, "{cause}");
-        }
-        other => panic!("expected a trap, got {other:?}"),
-    }
-    assert!(
-        trap.to_string()
-            .starts_with("writer doomed failed: its sandbox trapped"),
-        "{trap}"
-    );
-    // The trapped writer stays failed, with the same cause, and never hangs.
-    assert!(matches!(doomed.append(1, b"x"), Err(Error::Trapped { .. })));
-    assert!(matches!(doomed.persist(0, 1), Err(Error::Trapped { .. })));
-    assert!(doomed.failure().unwrap().contains("memory"));
-    // The other writer carries on.
-    healthy.append(1, b"after").unwrap();
-    let first = pending.wait().unwrap();
-    assert_eq!(
-        changes(&storage, &first.remote),
-        vec![(1, b"before".to_vec())]
-    );
-    let to = healthy.next_sequence_number().unwrap();
-    let second = healthy.persist(0, 2).unwrap().wait().unwrap();
-    assert_eq!(
-        changes(&storage, &second.remote),
-        vec![(1, b"before".to_vec()), (1, b"after".to_vec())]
-    );
-    healthy.confirm(0, to, 2).unwrap();
-    // And new writers still start.
-    let fresh = storage.create_writer("fresh", RANGE).unwrap();
-    fresh.append(0, b"ok").unwrap();
-}
-
-#[test]
-fn bad_writer_arguments_are_rejected_by_name() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    for bad in ["", "a\0b", "line\nbreak"] {
-        assert!(matches!(
-            storage.create_writer(bad, RANGE),
-            Err(Error::InvalidArgument(_))
-        ));
-    }
-    let Err(e) = storage.create_writer("op", KeyGroupRange { start: 5, end: 1 }) else {
-        panic!()
-    };
-    assert!(e.to_string().contains("[5, 1]"), "{e}");
-}
-
-#[test]
-fn a_call_past_its_deadline_is_interrupted_and_others_carry_on() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1tb"]);
-    let healthy = storage.create_writer("healthy", RANGE).unwrap();
-    let runaway = storage
-        .create_writer_with(
-            "runaway",
-            RANGE,
-            WriterOptions::new().call_timeout(std::time::Duration::from_millis(1)),
-        )
-        .unwrap();
-    healthy.append(1, b"steady").unwrap();
-    // A batch whose processing inside the sandbox takes far longer than 1 ms.
-    let n = 2_000_000;
-    let key_groups = vec![3; n];
-    let lengths = vec![40u32; n];
-    let data = vec![7u8; n * 40];
-    let error = runaway
-        .append_batch(&key_groups, &lengths, &data)
-        .unwrap_err();
-    match &error {
-        Error::Trapped {
-            writer,
-            kind,
-            cause,
-        } => {
-            assert_eq!(writer, "runaway");
-            assert_eq!(*kind, TrapKind::Deadline, "{cause}");
-            assert!(cause.contains("deadline of 1 ms"), "{cause}");
-        }
-        other => panic!("expected an interrupted call, got {other:?}"),
-    }
-    assert!(matches!(
-        runaway.next_sequence_number(),
-        Err(Error::Trapped { .. })
-    ));
-    let snapshot = healthy.persist(0, 1).unwrap().wait().unwrap();
-    assert_eq!(
-        changes(&storage, &snapshot.remote),
-        vec![(1, b"steady".to_vec())]
-    );
-}
-
-#[test]
-fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1kb"]);
-    let w = storage
-        .create_writer_with("doomed", RANGE, WriterOptions::new().memory_limit(2 << 20))
-        .unwrap();
-    w.append(1, b"confirmed").unwrap();
-    let to = w.next_sequence_number().unwrap();
-    let confirmed = w.persist(0, 1).unwrap().wait().unwrap();
-    w.confirm(0, to, 1).unwrap();
-    w.append(1, b"uploaded, returned, never confirmed").unwrap();
-    let returned = w.persist(to, 2).unwrap().wait().unwrap();
-    // A pre-emptive upload that no snapshot names yet.
-    w.append(1, &[7; 2048]).unwrap();
-    storage.wait_idle();
-    let all = files(&storage.config().job_dir());
-    assert_eq!(all.len(), 3, "{all:?}");
-    assert!(matches!(
-        w.append(2, &vec![0; 4 << 20]),
-        Err(Error::Trapped {
-            kind: TrapKind::MemoryLimit,
-            ..
-        })
-    ));
-    storage.wait_idle();
-    // The confirmed checkpoint's file belongs to it; the returned snapshot's file may
-    // belong to a checkpoint the coordinator completed already, so it stays (tracked, for
-    // `dstl gc` once no manifest names it); only the pre-emptive upload is released.
-    let mut kept: Vec<String> = [&confirmed, &returned]
-        .iter()
-        .map(|s| s.remote.entries[0].handle.path.clone())
-        .collect();
-    kept.sort();
-    let left = path_strings(&files(&storage.config().job_dir()));
-    assert_eq!(left, kept);
-    assert_eq!(
-        storage
-            .task_registry()
-            .count(&returned.remote.entries[0].handle.path),
-        Some(1)
-    );
-    for snapshot in [&confirmed, &returned] {
-        assert_eq!(changes(&storage, &snapshot.remote).len(), 1);
-    }
-}
+// ---- races with close ----
 
 /// An append racing `close` lands before it or is refused: it is never accepted after the
 /// writer closed, only to be dropped without a word (the closed flag and the guest's close
