@@ -153,6 +153,15 @@ impl Error {
         }
     }
 
+    /// The error of a writer the host dropped: for a call after the drop, and for the
+    /// persists it had pending.
+    pub(crate) fn dropped(writer: &str) -> Self {
+        Error::Writer {
+            writer: writer.to_string(),
+            source: WriterError::Closed(dstl_proto::error::Closed::Dropped),
+        }
+    }
+
     pub(crate) fn setup(
         context: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,

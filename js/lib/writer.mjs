@@ -31,9 +31,6 @@ function budget(b) {
   return { bytes: Number(b.bytes), changes: b.changes, aloneAt: b.aloneAt };
 }
 
-/** The refusals of the WIT `uploader.schedule` import (`enum refusal`). */
-const REFUSALS = new Set(['storage-closed', 'writer-closed', 'interrupted']);
-
 /** The WIT `writer-error` of a writer the host dropped (before a call, or before a persist completed). */
 const DROPPED = Object.freeze({ tag: 'closed', val: Object.freeze({ tag: 'dropped' }) });
 
@@ -179,10 +176,6 @@ export class Writer {
             return;
           }
           if (refusal === null) return;
-          if (!REFUSALS.has(refusal)) {
-            this.#fault ??= `the host's schedule import failed: the scheduler refused the task with ${describe(refusal)}, not a refusal`;
-            return;
-          }
           // jco turns a thrown non-Error value into the `err` case of the result: the
           // WIT `refusal` enum, which the guest words (`upload-failed`, `refused`).
           throw refusal;

@@ -17,8 +17,8 @@
 //! The kinds of methods: inputs ([`HandOff::append`], [`HandOff::handed_over`],
 //! [`HandOff::rolled_over`], [`HandOff::persisted`]), whose return values are the
 //! outputs, and queries ([`HandOff::open_bytes`], [`HandOff::budget`]). A host for which
-//! a call per append is dear (one across WIT or JNI) reads the [`Budget`] after each hand-off and
-//! counts down.
+//! a call per append is dear (one across WIT or JNI) reads the [`Budget`] after each
+//! hand-off and counts down.
 
 use crate::types::WriterError;
 
@@ -156,7 +156,7 @@ impl HandOff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{AlreadyFailed, InvalidArgument, UploadFailure};
+    use crate::error::{AlreadyFailed, InvalidArgument, InvalidRange, UploadFailure};
 
     fn already_failed() -> WriterError {
         WriterError::AlreadyFailed(AlreadyFailed {
@@ -246,13 +246,11 @@ mod tests {
     fn a_persist_rolls_over_unless_a_precondition_failed() {
         let mut h = HandOff::new(100);
         h.append(50);
-        h.persisted(Some(&WriterError::InvalidRange(
-            crate::error::InvalidRange {
-                start: 7,
-                end: 3,
-                active: 3,
-            },
-        )));
+        h.persisted(Some(&WriterError::InvalidRange(InvalidRange {
+            start: 7,
+            end: 3,
+            active: 3,
+        })));
         assert_eq!(h.open_bytes(), 50);
         h.persisted(Some(&WriterError::UploadFailed(UploadFailure::Failed(
             "disk".into(),

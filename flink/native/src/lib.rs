@@ -47,7 +47,7 @@ struct WriterHandle {
     /// The values, back to back.
     data: (*mut u8, usize),
     /// Where the writer's hand-off budget is published after every call that changes it
-    /// ([`WriterHandle::publish_budget`]), for the Java writer to count down.
+    /// ([`WriterHandle::budgeted`]), for the Java writer to count down.
     budget: (*mut u8, usize),
 }
 
@@ -56,6 +56,14 @@ struct WriterHandle {
 const BUDGET_BYTES: usize = 16;
 
 impl WriterHandle {
+    /// Runs `call`, one that may change the hand-off budget (an append, a rollover, a
+    /// persist), then publishes the budget it leaves, whether the call failed or not.
+    fn budgeted<R>(&self, call: impl FnOnce(&Writer) -> R) -> R {
+        let result = call(&self.writer);
+        self.publish_budget();
+        result
+    }
+
     /// Writes the writer's hand-off budget ([`Writer::budget`]) into the Java writer's
     /// budget buffer: how much it may pack before it hands the batch over, so a
     /// pre-emptive persist happens exactly where it would without packing. Java keeps no
@@ -551,9 +559,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_appendBatch(
                 std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
             )
         };
-        let result = w.writer.append_batch(key_groups, lengths, data);
-        w.publish_budget();
-        Ok(result?)
+        Ok(w.budgeted(|writer| writer.append_batch(key_groups, lengths, data))?)
     })
 }
 
@@ -570,12 +576,11 @@ pub extern "system" fn Java_io_dstl_flink_Native_append(
     writer_entry(env, class, handle, (), |env| {
         // SAFETY: live handle.
         let w = unsafe { writer(handle) };
-        let result = env.with_bytes(value, |value| {
-            w.writer
-                .append_batch(&[key_group], &[value.len() as u32], value)
-        });
-        w.publish_budget();
-        Ok(result?)
+        Ok(w.budgeted(|writer| {
+            env.with_bytes(value, |value| {
+                writer.append_batch(&[key_group], &[value.len() as u32], value)
+            })
+        })?)
     })
 }
 
@@ -589,9 +594,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_nextSequenceNumber(
     writer_entry(env, class, handle, -1, |_| {
         // SAFETY: live handle.
         let w = unsafe { writer(handle) };
-        let next = w.writer.next_sequence_number();
-        w.publish_budget();
-        Ok(next? as jlong)
+        Ok(w.budgeted(Writer::next_sequence_number)? as jlong)
     })
 }
 
@@ -609,9 +612,9 @@ pub extern "system" fn Java_io_dstl_flink_Native_persist(
     writer_entry(env, class, handle, (), |_| {
         // SAFETY: live handle.
         let w = unsafe { writer(handle) };
-        let future = w.writer.persist(sequence(from)?, checkpoint);
-        w.publish_budget();
-        w.completions.deliver(request, future?);
+        let from = sequence(from)?;
+        let future = w.budgeted(|writer| writer.persist(from, checkpoint))?;
+        w.completions.deliver(request, future);
         Ok(())
     })
 }

@@ -332,7 +332,6 @@ impl Scheduler {
         let upload = async move {
             let tasks = Arc::new(tasks);
             let outcome = this.run_batch(tasks.clone(), batch_span, job).await;
-            let task_count = tasks.len();
             this.recycle(tasks);
             let Some(recipients) = this.running.locked().remove(&number) else {
                 // Abandoned at close: the persists failed already, so the file is nobody's.
@@ -345,7 +344,7 @@ impl Scheduler {
             };
             let outcomes = match outcome {
                 Ok(success) => this.record_success(success, &recipients, generation),
-                Err(error) => this.record_failure(error, &recipients, task_count),
+                Err(error) => this.record_failure(error, &recipients),
             };
             let delivery = Delivery {
                 scheduler: this.clone(),
@@ -455,12 +454,8 @@ impl Scheduler {
 
     /// Step 2 of a batch that failed for good: records it (span, and a warning per new
     /// cause, repeats of the same cause at debug level) and returns each task's outcome.
-    fn record_failure(
-        &self,
-        error: UploadError,
-        recipients: &[Recipient],
-        tasks: usize,
-    ) -> Vec<UploadOutcome> {
+    fn record_failure(&self, error: UploadError, recipients: &[Recipient]) -> Vec<UploadOutcome> {
+        let tasks = recipients.len();
         let span = tracing::Span::current();
         if let UploadError::Failed { attempts, .. } | UploadError::TimedOut { attempts, .. } =
             &error

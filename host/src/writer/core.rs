@@ -7,7 +7,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use dstl_proto::error::Closed;
 use dstl_proto::handoff::HandOff;
 use dstl_proto::types::{SnapshotResult, WriterConfig, WriterError};
 
@@ -239,10 +238,7 @@ impl WriterCore {
                 kind: trap.kind,
                 cause: trap.cause.clone(),
             },
-            None => Error::Writer {
-                writer: self.name.clone(),
-                source: WriterError::Closed(Closed::Dropped),
-            },
+            None => Error::dropped(&self.name),
         }
     }
 }

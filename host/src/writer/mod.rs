@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use dstl_proto::codec::META_KEY_GROUP;
 use dstl_proto::error::{Closed, Operation};
-use dstl_proto::handoff::Append;
-use dstl_proto::handoff::Budget;
+use dstl_proto::handoff::{Append, Budget};
 use dstl_proto::types::{PersistCompletion, PersistReply, WriterConfig, WriterError};
 
 use self::buffer::handed_over;

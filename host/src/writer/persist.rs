@@ -7,8 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use dstl_proto::error::Closed;
-use dstl_proto::types::{PersistCompletion, SnapshotResult, WriterError};
+use dstl_proto::types::{PersistCompletion, SnapshotResult};
 use tokio::sync::oneshot;
 
 use crate::error::Error;
@@ -104,13 +103,6 @@ enum FutureState {
     },
 }
 
-fn dropped(writer: &str) -> Error {
-    Error::Writer {
-        writer: writer.to_string(),
-        source: WriterError::Closed(Closed::Dropped),
-    }
-}
-
 impl PersistFuture {
     pub(crate) fn ready(outcome: Outcome) -> Self {
         Self {
@@ -133,7 +125,7 @@ impl PersistFuture {
             let outcome = match rx.try_recv() {
                 Ok(outcome) => outcome,
                 Err(oneshot::error::TryRecvError::Empty) => return None,
-                Err(oneshot::error::TryRecvError::Closed) => Err(dropped(writer)),
+                Err(oneshot::error::TryRecvError::Closed) => Err(Error::dropped(writer)),
             };
             self.state = FutureState::Ready(outcome);
         }
@@ -153,9 +145,9 @@ impl PersistFuture {
     pub fn wait(self) -> Outcome {
         match self.state {
             FutureState::Ready(outcome) => outcome,
-            FutureState::Waiting { writer, rx } => {
-                rx.blocking_recv().unwrap_or_else(|_| Err(dropped(&writer)))
-            }
+            FutureState::Waiting { writer, rx } => rx
+                .blocking_recv()
+                .unwrap_or_else(|_| Err(Error::dropped(&writer))),
         }
     }
 }
@@ -183,7 +175,7 @@ impl Future for PersistFuture {
         if let FutureState::Waiting { writer, rx } = &mut this.state {
             let outcome = match Pin::new(rx).poll(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(received) => received.unwrap_or_else(|_| Err(dropped(writer))),
+                Poll::Ready(received) => received.unwrap_or_else(|_| Err(Error::dropped(writer))),
             };
             this.state = FutureState::Ready(outcome);
         }

@@ -26,13 +26,15 @@ import org.slf4j.LoggerFactory;
  * hand-off (dstl's one hand-off rule, which hands a batch over exactly when the open change
  * set reaches the pre-emptive persist threshold, so pre-emptive uploads start when Flink's
  * would). A value at or above the budget's {@code aloneAt} goes across on its own. This class
- * keeps no threshold of its own: the buffers' sizes come from the native side too. Flink calls a writer from its task thread only; the
- * native calls are synchronized all the same, so the storage can free a writer its task
- * never closed. A call that waits for upload capacity holds the writer's monitor; it ends
- * when its thread is interrupted (a cancelled task), when the writer is closed from another
- * thread (which raises the writer's close signal before it takes the monitor: Flink's
- * canceler closes a task's state backend before it interrupts the task thread), or when the
- * storage closes, which the storage does before it frees its writers.
+ * keeps no threshold of its own: the buffers' sizes come from the native side too.
+ *
+ * <p>Flink calls a writer from its task thread only; the native calls are synchronized all
+ * the same, so the storage can free a writer its task never closed. A call that waits for
+ * upload capacity holds the writer's monitor; it ends when its thread is interrupted (a
+ * cancelled task), when the writer is closed from another thread (which raises the writer's
+ * close signal before it takes the monitor: Flink's canceler closes a task's state backend
+ * before it interrupts the task thread), or when the storage closes, which the storage does
+ * before it frees its writers.
  */
 final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHandleStreamImpl> {
     private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogWriter.class);
