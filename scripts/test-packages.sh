@@ -49,6 +49,8 @@ cat >"$work/.cargo/config.toml" <<EOF
 $patch
 [profile.release]
 debug = "line-tables-only"
+[profile.release.package."*"]
+debug = false
 EOF
 
 step "a new project depending on the packaged dstl runs the README's example"

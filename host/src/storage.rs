@@ -9,7 +9,7 @@ use dstl_proto::types::{ChangelogHandle, KeyGroupRange, WriterConfig};
 use dstl_proto::writer_request::WriterRequest;
 
 use crate::background::Outstanding;
-use crate::config::Config;
+use crate::config::{Config, WriterEngine};
 use crate::error::Error;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::recovery::Recovery;
@@ -162,8 +162,8 @@ impl ChangelogStorage {
         };
         let lease = Lease::take(
             &config.location(),
-            &config.s3,
-            &config.job_id,
+            &config.s3(),
+            config.job_id(),
             runtime.clone(),
         )
         .map_err(|e| Error::setup("cannot take the job's lease", e))?;
@@ -172,7 +172,7 @@ impl ChangelogStorage {
             None => Io::Own(
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
-                    .max_blocking_threads(config.upload_threads + 2)
+                    .max_blocking_threads(config.upload_threads as usize + 2)
                     .thread_name("dstl-io")
                     .enable_all()
                     .build()
@@ -193,7 +193,7 @@ impl ChangelogStorage {
             memory_limit: config.writer_memory_limit,
             signals_based_traps: config.signals_based_traps,
         };
-        let wasm = if config.shared_engine {
+        let wasm = if config.engine == WriterEngine::Process {
             Runtime::shared(settings)
         } else {
             Runtime::new(settings).map(Arc::new)
@@ -204,8 +204,9 @@ impl ChangelogStorage {
             remote: store.clone(),
             local: local.clone(),
         };
-        let discarder = Discarder::new(config.discard_threads, outstanding.clone(), stores)
-            .map_err(|e| Error::setup("cannot start the deletion threads", e))?;
+        let discarder =
+            Discarder::new(config.discard_threads as usize, outstanding.clone(), stores)
+                .map_err(|e| Error::setup("cannot start the deletion threads", e))?;
         let registries = Registries {
             task: TaskRegistry::new(discarder.clone()),
             local: LocalRegistry::new(discarder.clone()),
@@ -231,7 +232,7 @@ impl ChangelogStorage {
                 size_threshold: config.persist_size_threshold,
                 max_in_flight: config.max_in_flight,
                 policy: retry::policy_from_config(&config),
-                threads: config.upload_threads,
+                threads: config.upload_threads as usize,
             },
             uploader,
             registries.clone(),
@@ -241,7 +242,7 @@ impl ChangelogStorage {
             metrics.clone(),
         );
         let services = Arc::new(Services {
-            writer_labels: WriterLabels::new(config.metrics_writer_label_limit),
+            writer_labels: WriterLabels::new(config.metrics_writer_label_limit as usize),
             config,
             scheduler,
             registries,
@@ -251,7 +252,7 @@ impl ChangelogStorage {
             metrics,
         });
         Ok(Self {
-            files: FileSource::new(Some(services.config.s3.clone())),
+            files: FileSource::new(Some(services.config.s3())),
             remote: store,
             wasm,
             next_writer: AtomicU64::new(1),
@@ -281,9 +282,9 @@ impl ChangelogStorage {
                 "changelog directory",
             )?),
             Location::S3 { bucket, prefix } => {
-                let key_prefix = job_key_prefix(&prefix, &config.job_id);
+                let key_prefix = job_key_prefix(&prefix, config.job_id());
                 Arc::new(
-                    S3Store::open_at(&config.s3, &bucket, &key_prefix, runtime).map_err(|e| {
+                    S3Store::open_at(&config.s3(), &bucket, &key_prefix, runtime).map_err(|e| {
                         Error::setup(format!("cannot open the object store s3://{bucket}"), e)
                     })?,
                 )

@@ -1,10 +1,10 @@
 //! The configuration every host shares: its keys, their defaults, Flink's value syntax
 //! (`5mb`, `10 ms`), each key's checks and the words of a rejection.
 //!
-//! A host keeps its own configuration type and applies a parsed [`Setting`] to it (the
-//! wasmtime host's `Config` matches on it exhaustively, so a key added here cannot be
-//! forgotten there). Hosts that cannot link this crate call it through the rules
-//! component (WIT interface `settings`), so a key reads, defaults and fails alike on
+//! Every key is declared once, in one table (the `settings!` invocation below, from
+//! which come [`KEYS`], [`Setting`], [`Settings`], [`parse`] and [`defaults`]); the
+//! wasmtime host's `Config` holds a [`Settings`]. Hosts that cannot link this crate call
+//! it through the rules component (WIT interface `settings`), so a key reads, defaults and fails alike on
 //! every host. What only a host can check stays with it: whether a base path is a usable
 //! location, which keys it implements.
 
@@ -26,42 +26,6 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_THREADS: u32 = 1024;
 /// The most writers one storage may hold (`dstl.writer.max-writers`).
 pub const MAX_WRITERS: u32 = 65536;
-
-/// Every key, in the order `dstl config` lists them.
-pub const KEYS: &[&str] = &[
-    "dstl.dfs.base-path",
-    "dstl.dfs.compression.enabled",
-    "dstl.dfs.local.fsync",
-    "dstl.dfs.local.direct-io",
-    "dstl.dfs.preemptive-persist-threshold",
-    "dstl.dfs.batch.persist-delay",
-    "dstl.dfs.batch.persist-size-threshold",
-    "dstl.dfs.upload.buffer-size",
-    "dstl.dfs.upload.num-threads",
-    "dstl.dfs.discard.num-threads",
-    "dstl.dfs.upload.max-in-flight",
-    "dstl.dfs.upload.retry-policy",
-    "dstl.dfs.upload.timeout",
-    "dstl.dfs.upload.max-attempts",
-    "dstl.dfs.upload.next-attempt-delay",
-    "dstl.dfs.download.local-cache.idle-timeout-ms",
-    "dstl.recovery.cache-size",
-    "dstl.job-id",
-    "dstl.local-recovery.enabled",
-    "dstl.local-recovery.dir",
-    "dstl.writer.memory-limit",
-    "dstl.writer.max-writers",
-    "dstl.writer.call-timeout",
-    "dstl.writer.signals-based-traps",
-    "dstl.writer.engine",
-    "dstl.s3.endpoint",
-    "dstl.s3.region",
-    "dstl.s3.access-key-id",
-    "dstl.s3.secret-access-key",
-    "dstl.s3.allow-http",
-    "dstl.s3.request-timeout",
-    "dstl.metrics.writer-label-limit",
-];
 
 /// A key or value that cannot be used; the message names the key and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,44 +58,24 @@ pub enum RetryPolicyKind {
     None,
 }
 
-/// One key's value, parsed and checked. Each variant is a key of [`KEYS`] (see
-/// [`Setting::key`]); the host's configuration type documents what each does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum Setting {
-    BasePath(String),
-    Compression(bool),
-    LocalFsync(bool),
-    LocalDirectIo(bool),
-    PreemptivePersistThreshold(u64),
-    PersistDelay(Duration),
-    PersistSizeThreshold(u64),
-    UploadBufferSize(u64),
-    UploadThreads(u32),
-    DiscardThreads(u32),
-    MaxInFlight(u64),
-    RetryPolicy(RetryPolicyKind),
-    UploadTimeout(Duration),
-    MaxAttempts(u32),
-    NextAttemptDelay(Duration),
-    CacheIdleTimeout(Duration),
-    RecoveryCacheSize(u64),
-    JobId(String),
-    LocalRecovery(bool),
-    LocalDir(String),
-    WriterMemoryLimit(u64),
-    MaxWriters(u32),
-    WriterCallTimeout(Duration),
-    SignalsBasedTraps(bool),
-    /// `true` for `process` (one engine per process), `false` for `storage`.
-    SharedEngine(bool),
-    S3Endpoint(String),
-    S3Region(String),
-    S3AccessKeyId(String),
-    S3SecretAccessKey(String),
-    S3AllowHttp(bool),
-    S3RequestTimeout(Duration),
-    MetricsWriterLabelLimit(u32),
+/// Which engine runs a storage's writers (`dstl.writer.engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterEngine {
+    /// An engine of the storage's own (`storage`).
+    Storage,
+    /// One engine shared by every storage of the process opened with the same engine
+    /// settings (`process`).
+    Process,
+}
+
+/// A value that is never shown: [`Settings::entries`] and `Debug` print `(set)`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 /// A setting's value by its type alone, for hosts that take settings across an interface
@@ -150,252 +94,524 @@ pub enum Value {
     Text(String),
 }
 
-impl Setting {
-    /// Its key, without the `state.changelog.` prefix.
-    pub fn key(&self) -> &'static str {
-        use Setting::*;
-        match self {
-            BasePath(_) => "dstl.dfs.base-path",
-            Compression(_) => "dstl.dfs.compression.enabled",
-            LocalFsync(_) => "dstl.dfs.local.fsync",
-            LocalDirectIo(_) => "dstl.dfs.local.direct-io",
-            PreemptivePersistThreshold(_) => "dstl.dfs.preemptive-persist-threshold",
-            PersistDelay(_) => "dstl.dfs.batch.persist-delay",
-            PersistSizeThreshold(_) => "dstl.dfs.batch.persist-size-threshold",
-            UploadBufferSize(_) => "dstl.dfs.upload.buffer-size",
-            UploadThreads(_) => "dstl.dfs.upload.num-threads",
-            DiscardThreads(_) => "dstl.dfs.discard.num-threads",
-            MaxInFlight(_) => "dstl.dfs.upload.max-in-flight",
-            RetryPolicy(_) => "dstl.dfs.upload.retry-policy",
-            UploadTimeout(_) => "dstl.dfs.upload.timeout",
-            MaxAttempts(_) => "dstl.dfs.upload.max-attempts",
-            NextAttemptDelay(_) => "dstl.dfs.upload.next-attempt-delay",
-            CacheIdleTimeout(_) => "dstl.dfs.download.local-cache.idle-timeout-ms",
-            RecoveryCacheSize(_) => "dstl.recovery.cache-size",
-            JobId(_) => "dstl.job-id",
-            LocalRecovery(_) => "dstl.local-recovery.enabled",
-            LocalDir(_) => "dstl.local-recovery.dir",
-            WriterMemoryLimit(_) => "dstl.writer.memory-limit",
-            MaxWriters(_) => "dstl.writer.max-writers",
-            WriterCallTimeout(_) => "dstl.writer.call-timeout",
-            SignalsBasedTraps(_) => "dstl.writer.signals-based-traps",
-            SharedEngine(_) => "dstl.writer.engine",
-            S3Endpoint(_) => "dstl.s3.endpoint",
-            S3Region(_) => "dstl.s3.region",
-            S3AccessKeyId(_) => "dstl.s3.access-key-id",
-            S3SecretAccessKey(_) => "dstl.s3.secret-access-key",
-            S3AllowHttp(_) => "dstl.s3.allow-http",
-            S3RequestTimeout(_) => "dstl.s3.request-timeout",
-            MetricsWriterLabelLimit(_) => "dstl.metrics.writer-label-limit",
-        }
-    }
+/// The types a key's value can have: how each reads across WIT ([`Value`]) and how
+/// `dstl config` prints it.
+pub trait Kind {
+    /// The value by its type alone.
+    fn value(&self) -> Value;
+    /// The value in the key's syntax.
+    fn show(&self) -> String;
+}
 
-    /// Its value by type alone: enumerations as the word that sets them.
-    pub fn value(&self) -> Value {
-        use Setting::*;
-        match self {
-            Compression(b) | LocalFsync(b) | LocalDirectIo(b) | LocalRecovery(b)
-            | SignalsBasedTraps(b) | S3AllowHttp(b) => Value::Flag(*b),
-            PreemptivePersistThreshold(n)
-            | PersistSizeThreshold(n)
-            | UploadBufferSize(n)
-            | MaxInFlight(n)
-            | RecoveryCacheSize(n)
-            | WriterMemoryLimit(n) => Value::Bytes(*n),
-            PersistDelay(d) | UploadTimeout(d) | NextAttemptDelay(d) | CacheIdleTimeout(d)
-            | WriterCallTimeout(d) | S3RequestTimeout(d) => Value::Duration(*d),
-            UploadThreads(n)
-            | DiscardThreads(n)
-            | MaxAttempts(n)
-            | MaxWriters(n)
-            | MetricsWriterLabelLimit(n) => Value::Count(*n),
-            BasePath(s) | JobId(s) | LocalDir(s) | S3Endpoint(s) | S3Region(s)
-            | S3AccessKeyId(s) | S3SecretAccessKey(s) => Value::Text(s.clone()),
-            RetryPolicy(RetryPolicyKind::Fixed) => Value::Text("fixed".into()),
-            RetryPolicy(RetryPolicyKind::None) => Value::Text("none".into()),
-            SharedEngine(shared) => Value::Text(if *shared { "process" } else { "storage" }.into()),
-        }
+impl Kind for bool {
+    fn value(&self) -> Value {
+        Value::Flag(*self)
+    }
+    fn show(&self) -> String {
+        self.to_string()
     }
 }
 
-/// Parses `value` for `key` (with or without the `state.changelog.` prefix), in Flink's
-/// syntax for the key's type (`5mb`, `10 ms`, `true`), and checks its range.
-pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
-    use Setting::*;
-    let short = key.strip_prefix(FLINK_PREFIX).unwrap_or(key);
-    let value = value.trim();
-    let invalid = |expected| SettingError::InvalidValue {
-        key: key.to_string(),
-        value: value.to_string(),
-        expected,
-    };
-    let memory = || parse_memory(value).ok_or_else(|| invalid(MEMORY_FORM));
-    let duration = || {
-        parse_duration(value)
-            .filter(|d| *d <= MAX_DURATION)
-            .ok_or_else(|| invalid(DURATION_FORM))
-    };
-    let boolean = || match value.to_ascii_lowercase().as_str() {
+/// Sizes in bytes.
+impl Kind for u64 {
+    fn value(&self) -> Value {
+        Value::Bytes(*self)
+    }
+    fn show(&self) -> String {
+        format!("{self}b")
+    }
+}
+
+/// Counts.
+impl Kind for u32 {
+    fn value(&self) -> Value {
+        Value::Count(*self)
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Kind for Duration {
+    fn value(&self) -> Value {
+        Value::Duration(*self)
+    }
+    fn show(&self) -> String {
+        format!("{} ms", self.as_millis())
+    }
+}
+
+impl Kind for String {
+    fn value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+    fn show(&self) -> String {
+        self.clone()
+    }
+}
+
+impl Kind for Secret {
+    fn value(&self) -> Value {
+        Value::Text(self.0.clone())
+    }
+    fn show(&self) -> String {
+        "(set)".into()
+    }
+}
+
+impl Kind for RetryPolicyKind {
+    fn value(&self) -> Value {
+        Value::Text(self.show())
+    }
+    fn show(&self) -> String {
+        match self {
+            RetryPolicyKind::Fixed => "fixed",
+            RetryPolicyKind::None => "none",
+        }
+        .into()
+    }
+}
+
+impl Kind for WriterEngine {
+    fn value(&self) -> Value {
+        Value::Text(self.show())
+    }
+    fn show(&self) -> String {
+        match self {
+            WriterEngine::Storage => "storage",
+            WriterEngine::Process => "process",
+        }
+        .into()
+    }
+}
+
+/// A key's parser: its value's text to the value, or the accepted form.
+type Parser<T> = Box<dyn Fn(&str) -> Result<T, &'static str>>;
+
+/// `true` or `false`, in any case.
+fn flag() -> Parser<bool> {
+    Box::new(|v| match v.to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => Err(invalid("`true` or `false`")),
-    };
-    let positive = || {
-        value
-            .parse::<u32>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| invalid("a whole number of at least 1"))
-    };
-    let threads = || {
-        value
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_THREADS).contains(n))
-            .ok_or_else(|| invalid("a whole number from 1 to 1024"))
-    };
-    Ok(match short {
-        "dstl.dfs.base-path" => {
-            if value.is_empty() {
-                return Err(invalid("a directory path or s3://bucket/prefix"));
-            }
-            BasePath(value.to_string())
-        }
-        "dstl.dfs.compression.enabled" => Compression(boolean()?),
-        "dstl.dfs.local.fsync" => LocalFsync(boolean()?),
-        "dstl.dfs.local.direct-io" => LocalDirectIo(boolean()?),
-        "dstl.dfs.preemptive-persist-threshold" => PreemptivePersistThreshold(memory()?),
-        "dstl.dfs.batch.persist-delay" => PersistDelay(duration()?),
-        "dstl.dfs.batch.persist-size-threshold" => PersistSizeThreshold(memory()?),
-        "dstl.dfs.upload.buffer-size" => {
-            let size = memory()?;
-            if size == 0 || size > i32::MAX as u64 {
-                return Err(invalid("a size from 1 byte to 2147483647 bytes"));
-            }
-            UploadBufferSize(size)
-        }
-        "dstl.dfs.upload.num-threads" => UploadThreads(threads()?),
-        "dstl.dfs.discard.num-threads" => DiscardThreads(threads()?),
-        "dstl.dfs.upload.max-in-flight" => {
-            // Flink admits a task while the bytes in flight are below the limit: at 0
-            // nothing would ever be admitted.
-            let limit = memory()?;
-            if limit == 0 {
-                return Err(invalid("a size of at least 1 byte"));
-            }
-            MaxInFlight(limit)
-        }
-        "dstl.dfs.upload.retry-policy" => RetryPolicy(match value {
-            "fixed" => RetryPolicyKind::Fixed,
-            "none" => RetryPolicyKind::None,
-            _ => return Err(invalid("`fixed` or `none`")),
-        }),
-        "dstl.dfs.upload.timeout" => UploadTimeout(duration()?),
-        "dstl.dfs.upload.max-attempts" => MaxAttempts(positive()?),
-        "dstl.dfs.upload.next-attempt-delay" => NextAttemptDelay(duration()?),
-        "dstl.dfs.download.local-cache.idle-timeout-ms" => CacheIdleTimeout(duration()?),
-        "dstl.recovery.cache-size" => RecoveryCacheSize(memory()?),
-        "dstl.job-id" => {
-            if value.len() != 32
-                || !value
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            {
-                return Err(invalid("32 lowercase hexadecimal characters"));
-            }
-            JobId(value.to_string())
-        }
-        "dstl.local-recovery.enabled" => LocalRecovery(boolean()?),
-        "dstl.local-recovery.dir" => {
-            if value.is_empty() {
-                return Err(invalid("a non-empty directory path"));
-            }
-            LocalDir(value.to_string())
-        }
-        "dstl.writer.memory-limit" => {
-            let limit = memory()?;
-            if !((2 << 20)..=(4 << 30)).contains(&limit) {
-                return Err(invalid("a size from 2mb to 4gb"));
-            }
-            WriterMemoryLimit(limit)
-        }
-        "dstl.writer.max-writers" => MaxWriters(
-            value
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_WRITERS).contains(n))
-                .ok_or_else(|| invalid("a whole number from 1 to 65536"))?,
-        ),
-        "dstl.writer.call-timeout" => {
-            let timeout = duration()?;
-            if timeout < Duration::from_millis(1) {
-                return Err(invalid("a duration from 1 ms to 1 d"));
-            }
-            WriterCallTimeout(timeout)
-        }
-        "dstl.writer.signals-based-traps" => SignalsBasedTraps(boolean()?),
-        "dstl.writer.engine" => SharedEngine(match value.to_ascii_lowercase().as_str() {
-            "storage" => false,
-            "process" => true,
-            _ => return Err(invalid("`storage` or `process`")),
-        }),
-        "dstl.s3.endpoint" => {
-            if !(value.starts_with("http://") || value.starts_with("https://")) {
-                return Err(invalid("an http:// or https:// URL"));
-            }
-            S3Endpoint(value.to_string())
-        }
-        "dstl.s3.region" => S3Region(value.to_string()),
-        "dstl.s3.access-key-id" => S3AccessKeyId(value.to_string()),
-        "dstl.s3.secret-access-key" => S3SecretAccessKey(value.to_string()),
-        "dstl.s3.allow-http" => S3AllowHttp(boolean()?),
-        "dstl.s3.request-timeout" => {
-            let timeout = duration()?;
-            if timeout < Duration::from_millis(1) {
-                return Err(invalid("a duration from 1 ms to 1 d"));
-            }
-            S3RequestTimeout(timeout)
-        }
-        "dstl.metrics.writer-label-limit" => MetricsWriterLabelLimit(
-            value
-                .parse::<u32>()
-                .map_err(|_| invalid("a whole number (0 labels no writer by name)"))?,
-        ),
-        _ => return Err(SettingError::UnknownKey(key.to_string())),
+        _ => Err("`true` or `false`"),
     })
 }
 
-/// The defaults (Flink's, where Flink has the key), in [`KEYS`] order. Keys without one
-/// are left out: the job id (a host makes a random one), the local-copy directory (under
-/// the base path), and the S3 keys (the environment's, or the SDK's).
-pub fn defaults() -> Vec<Setting> {
-    use Setting::*;
-    vec![
-        BasePath("dstl-data".into()),
-        Compression(false),
-        LocalFsync(true),
-        LocalDirectIo(true),
-        PreemptivePersistThreshold(5 << 20),
-        PersistDelay(Duration::from_millis(10)),
-        PersistSizeThreshold(10 << 20),
-        UploadBufferSize(1 << 20),
-        UploadThreads(5),
-        DiscardThreads(1),
-        MaxInFlight(100 << 20),
-        RetryPolicy(RetryPolicyKind::Fixed),
-        UploadTimeout(Duration::from_secs(1)),
-        MaxAttempts(3),
-        NextAttemptDelay(Duration::from_millis(500)),
-        CacheIdleTimeout(Duration::from_secs(600)),
-        RecoveryCacheSize(256 << 20),
-        LocalRecovery(false),
-        WriterMemoryLimit(256 << 20),
-        MaxWriters(1024),
-        WriterCallTimeout(Duration::from_secs(10)),
-        SignalsBasedTraps(true),
-        SharedEngine(false),
-        MetricsWriterLabelLimit(100),
-    ]
+/// A size (Flink's `MemorySize`) in `lo..=hi`; `form` names the range.
+fn bytes(lo: u64, hi: u64, form: &'static str) -> Parser<u64> {
+    Box::new(move |v| {
+        let n = parse_memory(v).ok_or(MEMORY_FORM)?;
+        if (lo..=hi).contains(&n) {
+            Ok(n)
+        } else {
+            Err(form)
+        }
+    })
+}
+
+/// Any size.
+fn size() -> Parser<u64> {
+    bytes(0, u64::MAX, MEMORY_FORM)
+}
+
+/// A duration of at least `min` (and at most [`MAX_DURATION`]); `form` names the range.
+fn duration(min: Duration, form: &'static str) -> Parser<Duration> {
+    Box::new(move |v| {
+        let d = parse_duration(v)
+            .filter(|d| *d <= MAX_DURATION)
+            .ok_or(DURATION_FORM)?;
+        if d >= min { Ok(d) } else { Err(form) }
+    })
+}
+
+/// Any duration up to [`MAX_DURATION`].
+fn any_duration() -> Parser<Duration> {
+    duration(Duration::ZERO, DURATION_FORM)
+}
+
+/// A whole number in `lo..=hi`; `form` names the range.
+fn count(lo: u32, hi: u32, form: &'static str) -> Parser<u32> {
+    Box::new(move |v| {
+        v.parse::<u32>()
+            .ok()
+            .filter(|n| (lo..=hi).contains(n))
+            .ok_or(form)
+    })
+}
+
+/// Text, non-empty unless `form` is empty.
+fn text(form: &'static str) -> Parser<String> {
+    Box::new(move |v| {
+        if v.is_empty() && !form.is_empty() {
+            Err(form)
+        } else {
+            Ok(v.to_string())
+        }
+    })
+}
+
+/// The shape of a duration of at least 1 ms.
+const FROM_1_MS: &str = "a duration from 1 ms to 1 d";
+
+/// Declares every key once: its [`Setting`] variant and value type, its field of
+/// [`Settings`], its doc, its parser, and its default (or, for a key without one, what
+/// `dstl config` prints while it is unset). From this come [`KEYS`], [`Setting`],
+/// [`Settings`], [`parse`], [`defaults`] and [`Settings::entries`]: adding a key touches
+/// this table and the code that uses the value.
+macro_rules! settings {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident($ty:ty) $field:ident {
+            key: $key:literal,
+            parse: $parse:expr,
+            $(default: $default:expr,)?
+            $(unset: $unset:literal,)?
+        }
+    )*) => {
+        /// Every key, in the order `dstl config` lists them.
+        pub const KEYS: &[&str] = &[$($key),*];
+
+        /// One key's value, parsed and checked. Each variant is a key of [`KEYS`] (see
+        /// [`Setting::key`]).
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Setting {$(
+            $(#[$doc])*
+            $variant($ty),
+        )*}
+
+        /// The effective value of every key: the defaults, changed by [`Settings::apply`].
+        /// A key without a default is `None` until set.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Settings {$(
+            $(#[$doc])*
+            #[doc = concat!("\n\n(`", $key, "`)")]
+            pub $field: slot_type!($ty $(, $default)?),
+        )*}
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Self {$($field: slot_init!($($default)?),)*}
+            }
+        }
+
+        impl Setting {
+            /// Its key, without the `state.changelog.` prefix.
+            pub fn key(&self) -> &'static str {
+                match self {$(Setting::$variant(_) => $key,)*}
+            }
+
+            /// Its value by type alone: enumerations as the word that sets them.
+            pub fn value(&self) -> Value {
+                match self {$(Setting::$variant(v) => Kind::value(v),)*}
+            }
+        }
+
+        impl Settings {
+            /// Takes a parsed setting.
+            pub fn apply(&mut self, setting: Setting) {
+                match setting {$(Setting::$variant(v) => slot_set!(self.$field, v $(, $default)?),)*}
+            }
+
+            /// Every key with its effective value in the key's syntax, in [`KEYS`] order.
+            pub fn entries(&self) -> Vec<(&'static str, String)> {
+                vec![$(($key, slot_show!(&self.$field $(, $unset)?)),)*]
+            }
+        }
+
+        /// Parses `value` for `key` (with or without the `state.changelog.` prefix), in
+        /// Flink's syntax for the key's type (`5mb`, `10 ms`, `true`), and checks its range.
+        pub fn parse(key: &str, value: &str) -> Result<Setting, SettingError> {
+            let short = key.strip_prefix(FLINK_PREFIX).unwrap_or(key);
+            let value = value.trim();
+            let invalid = |expected| SettingError::InvalidValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                expected,
+            };
+            match short {
+                $($key => {
+                    let parser: Parser<$ty> = $parse;
+                    parser(value).map(Setting::$variant).map_err(invalid)
+                })*
+                _ => Err(SettingError::UnknownKey(key.to_string())),
+            }
+        }
+
+        /// The defaults (Flink's, where Flink has the key), in [`KEYS`] order. Keys
+        /// without one are left out: the job id (a host makes a random one), the
+        /// local-copy directory (under the base path), and the S3 keys (the
+        /// environment's, or the SDK's).
+        pub fn defaults() -> Vec<Setting> {
+            vec![$($(Setting::$variant($default),)?)*]
+        }
+    };
+}
+
+/// A field's type: the value's, or `Option` of it for a key without a default.
+macro_rules! slot_type {
+    ($ty:ty, $default:expr) => { $ty };
+    ($ty:ty) => { Option<$ty> };
+}
+
+/// A field's starting value.
+macro_rules! slot_init {
+    ($default:expr) => {
+        $default
+    };
+    () => {
+        None
+    };
+}
+
+/// Stores a value in its field.
+macro_rules! slot_set {
+    ($place:expr, $v:ident, $default:expr) => {
+        $place = $v
+    };
+    ($place:expr, $v:ident) => {
+        $place = Some($v)
+    };
+}
+
+/// A field's value as `dstl config` prints it.
+macro_rules! slot_show {
+    ($value:expr, $unset:literal) => {
+        ($value)
+            .as_ref()
+            .map_or_else(|| $unset.to_string(), Kind::show)
+    };
+    ($value:expr) => {
+        Kind::show($value)
+    };
+}
+
+settings! {
+    /// Root directory (or `s3://bucket/prefix`) for changelog files.
+    BasePath(String) base_path {
+        key: "dstl.dfs.base-path",
+        parse: text("a directory path or s3://bucket/prefix"),
+        default: "dstl-data".into(),
+    }
+    /// Snappy-frame files.
+    Compression(bool) compression {
+        key: "dstl.dfs.compression.enabled",
+        parse: flag(),
+        default: false,
+    }
+    /// Fsync every file and new directory of a local store before its upload counts.
+    /// Off trades durability on power loss for speed, as Flink's local file system
+    /// does; files still appear only whole.
+    LocalFsync(bool) local_fsync {
+        key: "dstl.dfs.local.fsync",
+        parse: flag(),
+        default: true,
+    }
+    /// Write fsync'd files of 256 KiB and more past the page cache with `O_DIRECT`,
+    /// where the file system allows it.
+    LocalDirectIo(bool) local_direct_io {
+        key: "dstl.dfs.local.direct-io",
+        parse: flag(),
+        default: true,
+    }
+    /// Per-writer open bytes that trigger an upload.
+    PreemptivePersistThreshold(u64) preemptive_persist_threshold {
+        key: "dstl.dfs.preemptive-persist-threshold",
+        parse: size(),
+        default: 5 << 20,
+    }
+    /// Batching delay.
+    PersistDelay(Duration) persist_delay {
+        key: "dstl.dfs.batch.persist-delay",
+        parse: any_duration(),
+        default: Duration::from_millis(10),
+    }
+    /// Queued bytes that force a batch.
+    PersistSizeThreshold(u64) persist_size_threshold {
+        key: "dstl.dfs.batch.persist-size-threshold",
+        parse: size(),
+        default: 10 << 20,
+    }
+    /// Write buffer of one upload to a local directory: change-set blocks are gathered
+    /// into writes of this size. An object store receives a file in one request.
+    UploadBufferSize(u64) upload_buffer_size {
+        key: "dstl.dfs.upload.buffer-size",
+        parse: bytes(1, i32::MAX as u64, "a size from 1 byte to 2147483647 bytes"),
+        default: 1 << 20,
+    }
+    /// Concurrent uploads.
+    UploadThreads(u32) upload_threads {
+        key: "dstl.dfs.upload.num-threads",
+        parse: count(1, MAX_THREADS, "a whole number from 1 to 1024"),
+        default: 5,
+    }
+    /// Threads deleting unused files, so at most this many deletions run at once.
+    DiscardThreads(u32) discard_threads {
+        key: "dstl.dfs.discard.num-threads",
+        parse: count(1, MAX_THREADS, "a whole number from 1 to 1024"),
+        default: 1,
+    }
+    /// In-flight byte limit. Flink admits a task while the bytes in flight are below
+    /// it: at 0 nothing would ever be admitted.
+    MaxInFlight(u64) max_in_flight {
+        key: "dstl.dfs.upload.max-in-flight",
+        parse: bytes(1, u64::MAX, "a size of at least 1 byte"),
+        default: 100 << 20,
+    }
+    /// `fixed` or `none`.
+    RetryPolicy(RetryPolicyKind) retry_policy {
+        key: "dstl.dfs.upload.retry-policy",
+        parse: Box::new(|v| match v {
+            "fixed" => Ok(RetryPolicyKind::Fixed),
+            "none" => Ok(RetryPolicyKind::None),
+            _ => Err("`fixed` or `none`"),
+        }),
+        default: RetryPolicyKind::Fixed,
+    }
+    /// Per-attempt timeout (zero waits forever).
+    UploadTimeout(Duration) upload_timeout {
+        key: "dstl.dfs.upload.timeout",
+        parse: any_duration(),
+        default: Duration::from_secs(1),
+    }
+    /// Attempts including the first.
+    MaxAttempts(u32) max_attempts {
+        key: "dstl.dfs.upload.max-attempts",
+        parse: count(1, u32::MAX, "a whole number of at least 1"),
+        default: 3,
+    }
+    /// Pause after a failed attempt.
+    NextAttemptDelay(Duration) next_attempt_delay {
+        key: "dstl.dfs.upload.next-attempt-delay",
+        parse: any_duration(),
+        default: Duration::from_millis(500),
+    }
+    /// Idle time after which a recovery cache file is dropped; 0 turns the cache off.
+    CacheIdleTimeout(Duration) cache_idle_timeout {
+        key: "dstl.dfs.download.local-cache.idle-timeout-ms",
+        parse: any_duration(),
+        default: Duration::from_secs(600),
+    }
+    /// Bytes the recovery cache holds at most.
+    RecoveryCacheSize(u64) recovery_cache_size {
+        key: "dstl.recovery.cache-size",
+        parse: size(),
+        default: 256 << 20,
+    }
+    /// Job id, 32 lowercase hex characters (Flink's `JobID`); files go to
+    /// `<base>/<job-id>/dstl/`. A host makes a random one.
+    JobId(String) job_id {
+        key: "dstl.job-id",
+        parse: Box::new(|v| {
+            let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+            if v.len() == 32 && v.bytes().all(hex) {
+                Ok(v.to_string())
+            } else {
+                Err("32 lowercase hexadecimal characters")
+            }
+        }),
+        unset: "(random)",
+    }
+    /// Keep a local copy of every upload and build local handles.
+    LocalRecovery(bool) local_recovery {
+        key: "dstl.local-recovery.enabled",
+        parse: flag(),
+        default: false,
+    }
+    /// Where local copies go (by default `<base>/local`, or `./dstl-local` when the
+    /// base is an object store).
+    LocalDir(String) local_dir {
+        key: "dstl.local-recovery.dir",
+        parse: text("a non-empty directory path"),
+        unset: "(<base>/local)",
+    }
+    /// Linear-memory cap of one writer's sandbox.
+    WriterMemoryLimit(u64) writer_memory_limit {
+        key: "dstl.writer.memory-limit",
+        parse: bytes(2 << 20, 4 << 30, "a size from 2mb to 4gb"),
+        default: 256 << 20,
+    }
+    /// Writers one storage can hold at once; sizes the instance pool.
+    MaxWriters(u32) max_writers {
+        key: "dstl.writer.max-writers",
+        parse: count(1, MAX_WRITERS, "a whole number from 1 to 65536"),
+        default: 1024,
+    }
+    /// How long one call into a writer's sandbox may run before it is interrupted.
+    WriterCallTimeout(Duration) writer_call_timeout {
+        key: "dstl.writer.call-timeout",
+        parse: duration(Duration::from_millis(1), FROM_1_MS),
+        default: Duration::from_secs(10),
+    }
+    /// Whether the wasm engine turns faults in guest code into traps through signal
+    /// handlers. Off, it checks bounds explicitly and installs no handler: what an
+    /// embedding in a JVM needs, whose own SIGSEGV handler must stay in front.
+    SignalsBasedTraps(bool) signals_based_traps {
+        key: "dstl.writer.signals-based-traps",
+        parse: flag(),
+        default: true,
+    }
+    /// Whether writers run on an engine of this storage's own or on one shared by every
+    /// storage of the process opened with the same engine settings. A shared engine
+    /// reserves its instance pool (`dstl.writer.max-writers`) once per process, however
+    /// many storages (jobs) are open, and `max-writers` then bounds them all together.
+    Engine(WriterEngine) engine {
+        key: "dstl.writer.engine",
+        parse: Box::new(|v| match v.to_ascii_lowercase().as_str() {
+            "storage" => Ok(WriterEngine::Storage),
+            "process" => Ok(WriterEngine::Process),
+            _ => Err("`storage` or `process`"),
+        }),
+        default: WriterEngine::Storage,
+    }
+    /// The S3-compatible endpoint's URL.
+    S3Endpoint(String) s3_endpoint {
+        key: "dstl.s3.endpoint",
+        parse: Box::new(|v| {
+            if v.starts_with("http://") || v.starts_with("https://") {
+                Ok(v.to_string())
+            } else {
+                Err("an http:// or https:// URL")
+            }
+        }),
+        unset: "(AWS_ENDPOINT_URL)",
+    }
+    /// The S3 region.
+    S3Region(String) s3_region {
+        key: "dstl.s3.region",
+        parse: text(""),
+        unset: "(AWS_REGION, else us-east-1)",
+    }
+    /// The S3 access key id.
+    S3AccessKeyId(String) s3_access_key_id {
+        key: "dstl.s3.access-key-id",
+        parse: text(""),
+        unset: "(AWS_ACCESS_KEY_ID)",
+    }
+    /// The S3 secret access key.
+    S3SecretAccessKey(Secret) s3_secret_access_key {
+        key: "dstl.s3.secret-access-key",
+        parse: Box::new(|v| Ok(Secret(v.to_string()))),
+        unset: "(AWS_SECRET_ACCESS_KEY)",
+    }
+    /// Whether plain-HTTP endpoints are allowed (by default only loopback ones are).
+    S3AllowHttp(bool) s3_allow_http {
+        key: "dstl.s3.allow-http",
+        parse: flag(),
+        unset: "(loopback endpoints only)",
+    }
+    /// The timeout of one request to the object store.
+    S3RequestTimeout(Duration) s3_request_timeout {
+        key: "dstl.s3.request-timeout",
+        parse: duration(Duration::from_millis(1), FROM_1_MS),
+        unset: "30000 ms",
+    }
+    /// Distinct writer names that get a `writer` label of their own in the metrics;
+    /// later ones report as `other`.
+    MetricsWriterLabelLimit(u32) metrics_writer_label_limit {
+        key: "dstl.metrics.writer-label-limit",
+        parse: count(0, u32::MAX, "a whole number (0 labels no writer by name)"),
+        default: 100,
+    }
 }
 
 /// Checks the one relation between keys (Flink's scheduler constructor check): a batch

@@ -30,11 +30,11 @@ fn a_config_refuses_bad_values_and_keeps_its_old_ones() {
         dir.display()
     );
     // A rejected value leaves the key as it was, also for keys checked after parsing.
-    let limit = config.writer_memory_limit();
+    let limit = config.writer_memory_limit;
     assert!(config.set("dstl.writer.memory-limit", "1kb").is_err());
-    assert_eq!(config.writer_memory_limit(), limit);
+    assert_eq!(config.writer_memory_limit, limit);
     assert!(config.set_max_attempts(0).is_err());
-    assert_eq!(config.max_attempts(), 3);
+    assert_eq!(config.max_attempts, 3);
     // Typed setters and chaining.
     config.set_compression(true);
     config
@@ -50,9 +50,9 @@ fn a_config_refuses_bad_values_and_keeps_its_old_ones() {
     );
     assert!(config.set_max_in_flight(0).is_err());
     let config = config.with("dstl.dfs.batch.persist-delay", "2 ms").unwrap();
-    assert!(config.compression());
-    assert_eq!(config.upload_timeout(), Duration::from_millis(1500));
-    assert_eq!(config.persist_delay(), Duration::from_millis(2));
+    assert!(config.compression);
+    assert_eq!(config.upload_timeout, Duration::from_millis(1500));
+    assert_eq!(config.persist_delay, Duration::from_millis(2));
 }
 
 #[test]

@@ -25,7 +25,9 @@ fn age(path: &Path, by: Duration) {
 
 /// The lease files of `config`'s job.
 fn leases(config: &Config) -> Vec<PathBuf> {
-    let dir = config.base_path().join(config.job_id()).join(LEASE_DIR);
+    let dir = Path::new(&config.base_path)
+        .join(config.job_id())
+        .join(LEASE_DIR);
     match std::fs::read_dir(&dir) {
         Ok(entries) => entries.map(|e| e.unwrap().path()).collect(),
         Err(_) => Vec::new(),
@@ -149,7 +151,7 @@ fn this_machine() -> (String, String) {
 /// the job, two hours old (older than gc's grace, younger than the lease). Returns the
 /// file.
 fn leased_job(config: &Config, pid: u32, boot: &str, namespace: &str) -> String {
-    let job = config.base_path().join(config.job_id());
+    let job = Path::new(&config.base_path).join(config.job_id());
     let opened = SystemTime::now() - Duration::from_secs(3 * 3600);
     let opened_ms = opened
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -225,7 +227,9 @@ fn opening_a_storage_removes_the_leases_of_earlier_holders_that_protect_nothing(
     let (boot, namespace) = this_machine();
     let tmp = tempfile::tempdir().unwrap();
     let config = test_config(tmp.path(), &[]);
-    let dir = config.base_path().join(config.job_id()).join(LEASE_DIR);
+    let dir = Path::new(&config.base_path)
+        .join(config.job_id())
+        .join(LEASE_DIR);
     std::fs::create_dir_all(&dir).unwrap();
     let write = |name: &str, record: LeaseRecord| {
         let path = dir.join(format!("{name}{LEASE_SUFFIX}"));

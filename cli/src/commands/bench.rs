@@ -95,7 +95,7 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if compression {
         config.set_compression(true);
     }
-    let fsync = config.local_fsync();
+    let fsync = config.local_fsync;
     let job_dir = config.job_dir();
     let storage = ChangelogStorage::open(config)?;
     let summary = workload::run(&storage, &load, &|_| {})?;

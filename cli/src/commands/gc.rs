@@ -53,7 +53,7 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
         eprintln!(
             "warning: no file the manifests in {} name lies under {} (e.g. {example}): is that the base their job wrote to?",
             args.manifests.display(),
-            config.base_path().display()
+            config.base_path
         );
     }
     let mut out = std::io::stdout().lock();
@@ -110,7 +110,7 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
 /// Whether a path a manifest names lies under the configured base (as given, or
 /// resolved through symbolic links).
 fn lies_under(path: &str, config: &dstl::Config) -> bool {
-    let base = &config.base_path();
+    let base = &config.base_path;
     let path = std::path::Path::new(path);
     path.starts_with(base)
         || std::fs::canonicalize(base).is_ok_and(|real| {

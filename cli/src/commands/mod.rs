@@ -172,8 +172,8 @@ fn config_toml(config: &dstl::Config) -> String {
     for (key, value) in config.entries() {
         let quoted = |v: &str| toml::Value::String(v.to_string()).to_string();
         let line = match key {
-            "dstl.local-recovery.dir" => match &config.local_dir() {
-                Some(dir) => format!("{key} = {}", quoted(&dir.to_string_lossy())),
+            "dstl.local-recovery.dir" => match &config.local_dir {
+                Some(dir) => format!("{key} = {}", quoted(dir)),
                 None => format!("# {key}: unset, local copies go to {value}"),
             },
             "dstl.s3.secret-access-key" if value == "(set)" => {

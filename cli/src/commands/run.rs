@@ -402,7 +402,7 @@ impl RunData {
         if let Location::Local(base) = config.location() {
             roots.push(base.join(config.job_id()));
         }
-        if config.local_recovery() {
+        if config.local_recovery {
             let copies = config.local_copies_dir();
             roots.push(copies.parent().unwrap_or(&copies).to_path_buf());
         }
@@ -426,7 +426,7 @@ impl RunData {
                     .copied()
                     .collect::<Vec<_>>()
                     .join("/");
-                let store = S3Store::open(config.s3(), &bucket, &job, "")
+                let store = S3Store::open(&config.s3(), &bucket, &job, "")
                     .with_context(|| format!("cannot open the object store s3://{bucket}"))?;
                 let existing = store
                     .list()
@@ -497,7 +497,7 @@ impl RunData {
         let Location::S3 { bucket, prefix } = self.config.location() else {
             return Ok(());
         };
-        let store = S3Store::open(self.config.s3(), &bucket, &prefix, self.config.job_id())
+        let store = S3Store::open(&self.config.s3(), &bucket, &prefix, self.config.job_id())
             .with_context(|| format!("cannot open the object store s3://{bucket}"))?;
         let files = store
             .list()

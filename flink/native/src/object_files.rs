@@ -52,7 +52,7 @@ pub extern "system" fn Java_io_dstl_flink_Native_openObjectStore(
         |env| {
             let config = crate::configuration(env, settings)?;
             let bucket = path(env, bucket)?;
-            let store = S3Store::open_bucket(config.s3(), &bucket)
+            let store = S3Store::open_bucket(&config.s3(), &bucket)
                 .map_err(|e| Thrown::io(format!("dstl: {}", dstl::describe(&e))))?;
             Ok(Box::into_raw(Box::new(store)) as jlong)
         },

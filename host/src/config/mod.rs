@@ -11,6 +11,7 @@ mod syntax;
 
 use dstl_proto::settings::{self, Setting, SettingError};
 pub use dstl_proto::settings::{KEYS, RetryPolicyKind, parse_duration, parse_memory};
+pub use dstl_proto::settings::{Settings, WriterEngine};
 use syntax::flatten;
 
 /// A key or value that cannot be used; the message names the key and the accepted form.
@@ -62,7 +63,8 @@ pub enum ConfigError {
 /// defaults ([`Config::default`]), changed only through [`Config::set`] (and what is
 /// built on it: [`Config::with`], [`Config::apply_pairs`], [`Config::apply_file`] and the
 /// typed setters), each of which validates the value, so a `Config` always holds usable
-/// values. The getters read the effective values.
+/// values. Its effective values are the fields of [`Settings`], read through `Deref`
+/// (`config.upload_timeout`), each documented with its key.
 ///
 /// ```
 /// use std::time::Duration;
@@ -70,280 +72,30 @@ pub enum ConfigError {
 /// let config = dstl::Config::new()
 ///     .with("dstl.dfs.base-path", "/var/lib/dstl")?
 ///     .with("state.changelog.dstl.dfs.upload.timeout", "2 s")?;
-/// assert_eq!(config.upload_timeout(), Duration::from_secs(2));
+/// assert_eq!(config.upload_timeout, Duration::from_secs(2));
 /// assert!(dstl::Config::new().with("dstl.dfs.base-path", "ftp://x").is_err());
 /// # Ok::<(), dstl::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Root directory for changelog files (`dstl.dfs.base-path`).
-    pub(crate) base_path: PathBuf,
-    /// Snappy-frame files (`dstl.dfs.compression.enabled`).
-    pub(crate) compression: bool,
-    /// Fsync every file and new directory of a local store before its upload counts
-    /// (`dstl.dfs.local.fsync`). Off trades durability on power loss for speed, as
-    /// Flink's local file system does; files still appear only whole.
-    pub(crate) local_fsync: bool,
-    /// Write fsync'd files of 256 KiB and more past the page cache with `O_DIRECT`
-    /// (`dstl.dfs.local.direct-io`), where the file system allows it.
-    pub(crate) local_direct_io: bool,
-    /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
-    pub(crate) preemptive_persist_threshold: u64,
-    /// Batching delay (`dstl.dfs.batch.persist-delay`).
-    pub(crate) persist_delay: Duration,
-    /// Queued bytes that force a batch (`dstl.dfs.batch.persist-size-threshold`).
-    pub(crate) persist_size_threshold: u64,
-    /// Write buffer of one upload to a local directory: change-set blocks are gathered into
-    /// writes of this size (`dstl.dfs.upload.buffer-size`). An object store receives a
-    /// file in one request.
-    pub(crate) upload_buffer_size: u64,
-    /// Concurrent uploads (`dstl.dfs.upload.num-threads`).
-    pub(crate) upload_threads: usize,
-    /// Threads deleting unused files, so at most this many deletions run at once
-    /// (`dstl.dfs.discard.num-threads`).
-    pub(crate) discard_threads: usize,
-    /// In-flight byte limit (`dstl.dfs.upload.max-in-flight`).
-    pub(crate) max_in_flight: u64,
-    /// `fixed` or `none` (`dstl.dfs.upload.retry-policy`).
-    pub(crate) retry_policy: RetryPolicyKind,
-    /// Per-attempt timeout (`dstl.dfs.upload.timeout`).
-    pub(crate) upload_timeout: Duration,
-    /// Attempts including the first (`dstl.dfs.upload.max-attempts`).
-    pub(crate) max_attempts: u32,
-    /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
-    pub(crate) next_attempt_delay: Duration,
-    /// Idle time after which a recovery cache file is dropped; 0 turns the cache off
-    /// (`dstl.dfs.download.local-cache.idle-timeout-ms`).
-    pub(crate) cache_idle_timeout: Duration,
-    /// Bytes the recovery cache holds at most (`dstl.recovery.cache-size`).
-    pub(crate) recovery_cache_size: u64,
-    /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
-    /// (`dstl.job-id`, random by default).
-    pub(crate) job_id: String,
-    /// Keep a local copy of every upload and build local handles (`dstl.local-recovery.enabled`).
-    pub(crate) local_recovery: bool,
-    /// Where local copies go (`dstl.local-recovery.dir`, default `<base>/local`).
-    pub(crate) local_dir: Option<PathBuf>,
-    /// Linear-memory cap of one writer's sandbox (`dstl.writer.memory-limit`).
-    pub(crate) writer_memory_limit: u64,
-    /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
-    pub(crate) max_writers: u32,
-    /// How long one call into a writer's sandbox may run before it is interrupted
-    /// (`dstl.writer.call-timeout`).
-    pub(crate) writer_call_timeout: Duration,
-    /// Whether the wasm engine turns faults in guest code into traps through signal
-    /// handlers (`dstl.writer.signals-based-traps`). Off, it checks bounds explicitly and
-    /// installs no handler: what an embedding in a JVM needs, whose own SIGSEGV handler
-    /// must stay in front.
-    pub(crate) signals_based_traps: bool,
-    /// Whether writers run on an engine of this storage's own or on one shared by every
-    /// storage of the process opened with the same engine settings
-    /// (`dstl.writer.engine`: `storage` or `process`). A shared engine reserves its
-    /// instance pool (`dstl.writer.max-writers`) once per process, however many
-    /// storages (jobs) are open, and `max-writers` then bounds them all together.
-    pub(crate) shared_engine: bool,
-    /// How to reach S3-compatible stores (`dstl.s3.*`).
-    pub(crate) s3: crate::store::S3Settings,
-    /// Distinct writer names that get a `writer` label of their own in the metrics; later
-    /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
-    /// [`crate::telemetry`]).
-    pub(crate) metrics_writer_label_limit: usize,
+    /// Every key's value; `job_id` is always set (random by default).
+    settings: Settings,
 }
 
-/// The effective values.
-impl Config {
-    /// Root directory for changelog files (`dstl.dfs.base-path`).
-    pub fn base_path(&self) -> &std::path::Path {
-        &self.base_path
-    }
+impl std::ops::Deref for Config {
+    type Target = Settings;
 
-    /// Snappy-frame files (`dstl.dfs.compression.enabled`).
-    pub fn compression(&self) -> bool {
-        self.compression
-    }
-
-    /// Fsync every file and new directory of a local store before its upload counts
-    /// (`dstl.dfs.local.fsync`). Off trades durability on power loss for speed, as
-    /// Flink's local file system does; files still appear only whole.
-    pub fn local_fsync(&self) -> bool {
-        self.local_fsync
-    }
-    /// Write fsync'd files of 256 KiB and more past the page cache with `O_DIRECT`
-    /// (`dstl.dfs.local.direct-io`), where the file system allows it.
-    pub fn local_direct_io(&self) -> bool {
-        self.local_direct_io
-    }
-
-    /// Per-writer open bytes that trigger an upload (`dstl.dfs.preemptive-persist-threshold`).
-    pub fn preemptive_persist_threshold(&self) -> u64 {
-        self.preemptive_persist_threshold
-    }
-
-    /// Batching delay (`dstl.dfs.batch.persist-delay`).
-    pub fn persist_delay(&self) -> Duration {
-        self.persist_delay
-    }
-
-    /// Queued bytes that force a batch (`dstl.dfs.batch.persist-size-threshold`).
-    pub fn persist_size_threshold(&self) -> u64 {
-        self.persist_size_threshold
-    }
-
-    /// Write buffer of one upload to a local directory: change-set blocks are gathered into
-    /// writes of this size (`dstl.dfs.upload.buffer-size`). An object store receives a
-    /// file in one request.
-    pub fn upload_buffer_size(&self) -> u64 {
-        self.upload_buffer_size
-    }
-
-    /// Concurrent uploads (`dstl.dfs.upload.num-threads`).
-    pub fn upload_threads(&self) -> usize {
-        self.upload_threads
-    }
-
-    /// Threads deleting unused files, so at most this many deletions run at once
-    /// (`dstl.dfs.discard.num-threads`).
-    pub fn discard_threads(&self) -> usize {
-        self.discard_threads
-    }
-
-    /// In-flight byte limit (`dstl.dfs.upload.max-in-flight`).
-    pub fn max_in_flight(&self) -> u64 {
-        self.max_in_flight
-    }
-
-    /// `fixed` or `none` (`dstl.dfs.upload.retry-policy`).
-    pub fn retry_policy(&self) -> RetryPolicyKind {
-        self.retry_policy
-    }
-
-    /// Per-attempt timeout (`dstl.dfs.upload.timeout`).
-    pub fn upload_timeout(&self) -> Duration {
-        self.upload_timeout
-    }
-
-    /// Attempts including the first (`dstl.dfs.upload.max-attempts`).
-    pub fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// Pause after a failed attempt (`dstl.dfs.upload.next-attempt-delay`).
-    pub fn next_attempt_delay(&self) -> Duration {
-        self.next_attempt_delay
-    }
-
-    /// Idle time after which a recovery cache file is dropped; 0 turns the cache off
-    /// (`dstl.dfs.download.local-cache.idle-timeout-ms`).
-    pub fn cache_idle_timeout(&self) -> Duration {
-        self.cache_idle_timeout
-    }
-
-    /// Bytes the recovery cache holds at most (`dstl.recovery.cache-size`).
-    pub fn recovery_cache_size(&self) -> u64 {
-        self.recovery_cache_size
-    }
-
-    /// Job id, 32 lowercase hex characters; files go to `<base>/<job-id>/dstl/`
-    /// (`dstl.job-id`, random by default).
-    pub fn job_id(&self) -> &str {
-        &self.job_id
-    }
-
-    /// Keep a local copy of every upload and build local handles (`dstl.local-recovery.enabled`).
-    pub fn local_recovery(&self) -> bool {
-        self.local_recovery
-    }
-
-    /// Where local copies go (`dstl.local-recovery.dir`, default `<base>/local`).
-    pub fn local_dir(&self) -> Option<&std::path::Path> {
-        self.local_dir.as_deref()
-    }
-
-    /// Linear-memory cap of one writer's sandbox (`dstl.writer.memory-limit`).
-    pub fn writer_memory_limit(&self) -> u64 {
-        self.writer_memory_limit
-    }
-
-    /// Writers one storage can hold at once; sizes the instance pool (`dstl.writer.max-writers`).
-    pub fn max_writers(&self) -> u32 {
-        self.max_writers
-    }
-
-    /// How long one call into a writer's sandbox may run before it is interrupted
-    /// (`dstl.writer.call-timeout`).
-    pub fn writer_call_timeout(&self) -> Duration {
-        self.writer_call_timeout
-    }
-
-    /// Whether the wasm engine turns faults in guest code into traps through signal
-    /// handlers (`dstl.writer.signals-based-traps`). Off, it checks bounds explicitly and
-    /// installs no handler: what an embedding in a JVM needs, whose own SIGSEGV handler
-    /// must stay in front.
-    pub fn signals_based_traps(&self) -> bool {
-        self.signals_based_traps
-    }
-
-    /// Whether writers run on an engine of this storage's own or on one shared by every
-    /// storage of the process opened with the same engine settings
-    /// (`dstl.writer.engine`: `storage` or `process`). A shared engine reserves its
-    /// instance pool (`dstl.writer.max-writers`) once per process, however many
-    /// storages (jobs) are open, and `max-writers` then bounds them all together.
-    pub fn shared_engine(&self) -> bool {
-        self.shared_engine
-    }
-
-    /// How to reach S3-compatible stores (`dstl.s3.*`).
-    pub fn s3(&self) -> &crate::store::S3Settings {
-        &self.s3
-    }
-
-    /// Distinct writer names that get a `writer` label of their own in the metrics; later
-    /// ones report as `other` (`dstl.metrics.writer-label-limit`; see
-    /// [`crate::telemetry`]).
-    pub fn metrics_writer_label_limit(&self) -> usize {
-        self.metrics_writer_label_limit
+    fn deref(&self) -> &Settings {
+        &self.settings
     }
 }
 
 impl Default for Config {
     /// The defaults of `dstl_proto::settings` and a random job id.
     fn default() -> Self {
-        let mut config = Self {
-            base_path: PathBuf::new(),
-            compression: false,
-            local_fsync: false,
-            local_direct_io: false,
-            preemptive_persist_threshold: 0,
-            persist_delay: Duration::ZERO,
-            persist_size_threshold: 0,
-            upload_buffer_size: 0,
-            upload_threads: 0,
-            discard_threads: 0,
-            max_in_flight: 0,
-            retry_policy: RetryPolicyKind::Fixed,
-            upload_timeout: Duration::ZERO,
-            max_attempts: 0,
-            next_attempt_delay: Duration::ZERO,
-            cache_idle_timeout: Duration::ZERO,
-            recovery_cache_size: 0,
-            job_id: uuid::Uuid::new_v4().simple().to_string(),
-            local_recovery: false,
-            local_dir: None,
-            writer_memory_limit: 0,
-            max_writers: 0,
-            writer_call_timeout: Duration::ZERO,
-            signals_based_traps: false,
-            shared_engine: false,
-            s3: crate::store::S3Settings::default(),
-            metrics_writer_label_limit: 0,
-        };
-        for setting in settings::defaults() {
-            let key = setting.key();
-            config
-                .apply(key, setting)
-                .expect("the defaults are valid settings");
-        }
-        config
+        let mut settings = Settings::default();
+        settings.apply(Setting::JobId(uuid::Uuid::new_v4().simple().to_string()));
+        Self { settings }
     }
 }
 
@@ -411,24 +163,25 @@ impl Config {
 
     /// Sets whether files are Snappy-framed (`dstl.dfs.compression.enabled`).
     pub fn set_compression(&mut self, enabled: bool) {
-        self.compression = enabled;
+        self.settings.apply(Setting::Compression(enabled));
     }
 
     /// Sets whether local files are fsync'd before their upload counts
     /// (`dstl.dfs.local.fsync`).
     pub fn set_local_fsync(&mut self, enabled: bool) {
-        self.local_fsync = enabled;
+        self.settings.apply(Setting::LocalFsync(enabled));
     }
 
     /// Sets whether every upload also gets a local copy (`dstl.local-recovery.enabled`).
     pub fn set_local_recovery(&mut self, enabled: bool) {
-        self.local_recovery = enabled;
+        self.settings.apply(Setting::LocalRecovery(enabled));
     }
 
     /// Sets the open bytes per writer that trigger an upload before any checkpoint
     /// (`dstl.dfs.preemptive-persist-threshold`).
     pub fn set_preemptive_persist_threshold(&mut self, bytes: u64) {
-        self.preemptive_persist_threshold = bytes;
+        self.settings
+            .apply(Setting::PreemptivePersistThreshold(bytes));
     }
 
     /// Sets the batching delay (`dstl.dfs.batch.persist-delay`): at most 1 day.
@@ -464,46 +217,13 @@ impl Config {
     /// Takes a parsed setting (`key` as given, for messages); only the base path has a
     /// check of this host's (whether it is a location it can use).
     fn apply(&mut self, key: &str, setting: Setting) -> Result<(), ConfigError> {
-        match setting {
-            Setting::BasePath(path) => {
-                Location::parse(&path).map_err(|reason| ConfigError::InvalidLocation {
-                    key: key.to_string(),
-                    reason,
-                })?;
-                self.base_path = PathBuf::from(path);
-            }
-            Setting::Compression(on) => self.compression = on,
-            Setting::LocalFsync(on) => self.local_fsync = on,
-            Setting::LocalDirectIo(on) => self.local_direct_io = on,
-            Setting::PreemptivePersistThreshold(n) => self.preemptive_persist_threshold = n,
-            Setting::PersistDelay(d) => self.persist_delay = d,
-            Setting::PersistSizeThreshold(n) => self.persist_size_threshold = n,
-            Setting::UploadBufferSize(n) => self.upload_buffer_size = n,
-            Setting::UploadThreads(n) => self.upload_threads = n as usize,
-            Setting::DiscardThreads(n) => self.discard_threads = n as usize,
-            Setting::MaxInFlight(n) => self.max_in_flight = n,
-            Setting::RetryPolicy(kind) => self.retry_policy = kind,
-            Setting::UploadTimeout(d) => self.upload_timeout = d,
-            Setting::MaxAttempts(n) => self.max_attempts = n,
-            Setting::NextAttemptDelay(d) => self.next_attempt_delay = d,
-            Setting::CacheIdleTimeout(d) => self.cache_idle_timeout = d,
-            Setting::RecoveryCacheSize(n) => self.recovery_cache_size = n,
-            Setting::JobId(id) => self.job_id = id,
-            Setting::LocalRecovery(on) => self.local_recovery = on,
-            Setting::LocalDir(dir) => self.local_dir = Some(PathBuf::from(dir)),
-            Setting::WriterMemoryLimit(n) => self.writer_memory_limit = n,
-            Setting::MaxWriters(n) => self.max_writers = n,
-            Setting::WriterCallTimeout(d) => self.writer_call_timeout = d,
-            Setting::SignalsBasedTraps(on) => self.signals_based_traps = on,
-            Setting::SharedEngine(shared) => self.shared_engine = shared,
-            Setting::S3Endpoint(url) => self.s3.endpoint = Some(url),
-            Setting::S3Region(region) => self.s3.region = Some(region),
-            Setting::S3AccessKeyId(id) => self.s3.access_key_id = Some(id),
-            Setting::S3SecretAccessKey(secret) => self.s3.secret_access_key = Some(secret),
-            Setting::S3AllowHttp(on) => self.s3.allow_http = Some(on),
-            Setting::S3RequestTimeout(d) => self.s3.request_timeout = Some(d),
-            Setting::MetricsWriterLabelLimit(n) => self.metrics_writer_label_limit = n as usize,
+        if let Setting::BasePath(path) = &setting {
+            Location::parse(path).map_err(|reason| ConfigError::InvalidLocation {
+                key: key.to_string(),
+                reason,
+            })?;
         }
+        self.settings.apply(setting);
         Ok(())
     }
 
@@ -545,8 +265,7 @@ impl Config {
 
     /// Where the files go.
     pub fn location(&self) -> Location {
-        Location::parse(&self.base_path.to_string_lossy())
-            .expect("base path was validated when it was set")
+        Location::parse(&self.base_path).expect("base path was validated when it was set")
     }
 
     /// Checks relations between keys: Flink's scheduler constructor check (a batch fits
@@ -575,14 +294,14 @@ impl Config {
     /// The directory (or URL) holding this job's changelog files.
     pub fn job_dir(&self) -> PathBuf {
         match self.location() {
-            Location::Local(dir) => dir.join(&self.job_id).join("dstl"),
+            Location::Local(dir) => dir.join(self.job_id()).join("dstl"),
             Location::S3 { bucket, prefix } => {
                 let prefix = if prefix.is_empty() {
                     String::new()
                 } else {
                     format!("{prefix}/")
                 };
-                PathBuf::from(format!("s3://{bucket}/{prefix}{}/dstl", self.job_id))
+                PathBuf::from(format!("s3://{bucket}/{prefix}{}/dstl", self.job_id()))
             }
         }
     }
@@ -595,74 +314,44 @@ impl Config {
             Location::S3 { .. } => PathBuf::from("dstl-local"),
         };
         self.local_dir
-            .clone()
-            .unwrap_or(default)
-            .join(format!("jid_{}", self.job_id))
+            .as_ref()
+            .map_or(default, PathBuf::from)
+            .join(format!("jid_{}", self.job_id()))
             .join("taskowned")
     }
 
-    /// Every key with its effective value, in [`KEYS`] order.
+    /// The job id (`dstl.job-id`): the one set, or the random one of the defaults.
+    pub fn job_id(&self) -> &str {
+        self.settings
+            .job_id
+            .as_deref()
+            .expect("a Config always holds a job id")
+    }
+
+    /// How to reach S3-compatible stores (`dstl.s3.*`).
+    pub fn s3(&self) -> crate::store::S3Settings {
+        let s = &self.settings;
+        crate::store::S3Settings {
+            endpoint: s.s3_endpoint.clone(),
+            region: s.s3_region.clone(),
+            access_key_id: s.s3_access_key_id.clone(),
+            secret_access_key: s.s3_secret_access_key.as_ref().map(|k| k.0.clone()),
+            allow_http: s.s3_allow_http,
+            request_timeout: s.s3_request_timeout,
+        }
+    }
+
+    /// Every key with its effective value, in [`KEYS`] order; the local-copy directory
+    /// as it is derived when unset.
     pub fn entries(&self) -> Vec<(&'static str, String)> {
-        let ms = |d: Duration| format!("{} ms", d.as_millis());
-        let values = [
-            self.base_path.display().to_string(),
-            self.compression.to_string(),
-            self.local_fsync.to_string(),
-            self.local_direct_io.to_string(),
-            format!("{}b", self.preemptive_persist_threshold),
-            ms(self.persist_delay),
-            format!("{}b", self.persist_size_threshold),
-            format!("{}b", self.upload_buffer_size),
-            self.upload_threads.to_string(),
-            self.discard_threads.to_string(),
-            format!("{}b", self.max_in_flight),
-            match self.retry_policy {
-                RetryPolicyKind::Fixed => "fixed".into(),
-                RetryPolicyKind::None => "none".into(),
-            },
-            ms(self.upload_timeout),
-            self.max_attempts.to_string(),
-            ms(self.next_attempt_delay),
-            ms(self.cache_idle_timeout),
-            format!("{}b", self.recovery_cache_size),
-            self.job_id.clone(),
-            self.local_recovery.to_string(),
-            self.local_copies_dir().display().to_string(),
-            format!("{}b", self.writer_memory_limit),
-            self.max_writers.to_string(),
-            ms(self.writer_call_timeout),
-            self.signals_based_traps.to_string(),
-            if self.shared_engine {
-                "process"
-            } else {
-                "storage"
+        let local_dir = Setting::LocalDir(String::new()).key();
+        let mut entries = self.settings.entries();
+        for (key, value) in &mut entries {
+            if *key == local_dir {
+                *value = self.local_copies_dir().display().to_string();
             }
-            .into(),
-            self.s3
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| "(AWS_ENDPOINT_URL)".into()),
-            self.s3
-                .region
-                .clone()
-                .unwrap_or_else(|| "(AWS_REGION, else us-east-1)".into()),
-            self.s3
-                .access_key_id
-                .clone()
-                .unwrap_or_else(|| "(AWS_ACCESS_KEY_ID)".into()),
-            match self.s3.secret_access_key {
-                Some(_) => "(set)".into(),
-                None => "(AWS_SECRET_ACCESS_KEY)".into(),
-            },
-            self.s3
-                .allow_http
-                .map_or_else(|| "(loopback endpoints only)".into(), |b| b.to_string()),
-            self.s3
-                .request_timeout
-                .map_or_else(|| "30000 ms".into(), ms),
-            self.metrics_writer_label_limit.to_string(),
-        ];
-        KEYS.iter().copied().zip(values).collect()
+        }
+        entries
     }
 }
 
@@ -733,7 +422,7 @@ mod tests {
         );
         assert_eq!(
             c.job_dir(),
-            PathBuf::from(format!("s3://bucket/a/b/{}/dstl", c.job_id))
+            PathBuf::from(format!("s3://bucket/a/b/{}/dstl", c.job_id()))
         );
         for bad in [
             "s3://bucket/../x",

@@ -317,7 +317,7 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
             }
         }
         Location::S3 { bucket, prefix } => {
-            let store = S3Store::open(&config.s3, &bucket, &prefix, "")?;
+            let store = S3Store::open(&config.s3(), &bucket, &prefix, "")?;
             let base = if prefix.is_empty() {
                 format!("s3://{bucket}/")
             } else {
@@ -350,7 +350,8 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
     }
     let local = config
         .local_dir
-        .clone()
+        .as_ref()
+        .map(PathBuf::from)
         .unwrap_or_else(|| match config.location() {
             Location::Local(base) => base.join("local"),
             Location::S3 { .. } => "dstl-local".into(),
@@ -525,7 +526,7 @@ pub fn classify(
 /// Deletes the orphans of `report`; returns how many were deleted.
 pub fn delete(config: &Config, report: &Report) -> Result<usize, GcError> {
     let s3 = match config.location() {
-        Location::S3 { bucket, prefix } => Some(S3Store::open(&config.s3, &bucket, &prefix, "")?),
+        Location::S3 { bucket, prefix } => Some(S3Store::open(&config.s3(), &bucket, &prefix, "")?),
         Location::Local(_) => None,
     };
     for orphan in &report.orphans {

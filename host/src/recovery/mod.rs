@@ -32,7 +32,7 @@ impl Recovery {
         let cache = (!config.cache_idle_timeout.is_zero() && config.recovery_cache_size > 0)
             .then(|| RecoveryCache::new(config.cache_idle_timeout, config.recovery_cache_size));
         Self {
-            files: FileSource::new(Some(config.s3.clone())),
+            files: FileSource::new(Some(config.s3())),
             cache,
         }
     }
