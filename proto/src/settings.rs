@@ -103,51 +103,28 @@ pub trait Kind {
     fn show(&self) -> String;
 }
 
-impl Kind for bool {
-    fn value(&self) -> Value {
-        Value::Flag(*self)
-    }
-    fn show(&self) -> String {
-        self.to_string()
-    }
+/// [`Kind`] for types whose [`Value`] case holds them as they are.
+macro_rules! plain_kinds {
+    ($($ty:ty => $case:ident, $show:expr;)*) => {$(
+        impl Kind for $ty {
+            fn value(&self) -> Value {
+                Value::$case(self.clone())
+            }
+            fn show(&self) -> String {
+                $show(self)
+            }
+        }
+    )*};
 }
 
-/// Sizes in bytes.
-impl Kind for u64 {
-    fn value(&self) -> Value {
-        Value::Bytes(*self)
-    }
-    fn show(&self) -> String {
-        format!("{self}b")
-    }
-}
-
-/// Counts.
-impl Kind for u32 {
-    fn value(&self) -> Value {
-        Value::Count(*self)
-    }
-    fn show(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl Kind for Duration {
-    fn value(&self) -> Value {
-        Value::Duration(*self)
-    }
-    fn show(&self) -> String {
-        format!("{} ms", self.as_millis())
-    }
-}
-
-impl Kind for String {
-    fn value(&self) -> Value {
-        Value::Text(self.clone())
-    }
-    fn show(&self) -> String {
-        self.clone()
-    }
+plain_kinds! {
+    bool => Flag, |v: &bool| v.to_string();
+    // Sizes in bytes.
+    u64 => Bytes, |v: &u64| format!("{v}b");
+    // Counts.
+    u32 => Count, |v: &u32| v.to_string();
+    Duration => Duration, |v: &Duration| format!("{} ms", v.as_millis());
+    String => Text, |v: &String| v.clone();
 }
 
 impl Kind for Secret {
@@ -159,30 +136,29 @@ impl Kind for Secret {
     }
 }
 
-impl Kind for RetryPolicyKind {
-    fn value(&self) -> Value {
-        Value::Text(self.show())
-    }
-    fn show(&self) -> String {
-        match self {
-            RetryPolicyKind::Fixed => "fixed",
-            RetryPolicyKind::None => "none",
+/// [`Kind`] for enumerations set by a word, and the word's value.
+macro_rules! word_kinds {
+    ($($ty:ident { $($variant:ident => $word:literal),* })*) => {$(
+        impl Kind for $ty {
+            fn value(&self) -> Value {
+                Value::Text(self.show())
+            }
+            fn show(&self) -> String {
+                match self { $($ty::$variant => $word,)* }.into()
+            }
         }
-        .into()
-    }
+
+        impl $ty {
+            fn from_word(word: &str) -> Option<Self> {
+                match word { $($word => Some($ty::$variant),)* _ => None }
+            }
+        }
+    )*};
 }
 
-impl Kind for WriterEngine {
-    fn value(&self) -> Value {
-        Value::Text(self.show())
-    }
-    fn show(&self) -> String {
-        match self {
-            WriterEngine::Storage => "storage",
-            WriterEngine::Process => "process",
-        }
-        .into()
-    }
+word_kinds! {
+    RetryPolicyKind { Fixed => "fixed", None => "none" }
+    WriterEngine { Storage => "storage", Process => "process" }
 }
 
 /// A key's parser: its value's text to the value, or the accepted form.
@@ -239,15 +215,9 @@ fn count(lo: u32, hi: u32, form: &'static str) -> Parser<u32> {
     })
 }
 
-/// Text, non-empty unless `form` is empty.
-fn text(form: &'static str) -> Parser<String> {
-    Box::new(move |v| {
-        if v.is_empty() && !form.is_empty() {
-            Err(form)
-        } else {
-            Ok(v.to_string())
-        }
-    })
+/// Text that passes `ok`; `form` names what passes.
+fn text(ok: fn(&str) -> bool, form: &'static str) -> Parser<String> {
+    Box::new(move |v| if ok(v) { Ok(v.to_string()) } else { Err(form) })
 }
 
 /// The shape of a duration of at least 1 ms.
@@ -389,7 +359,7 @@ settings! {
     /// Root directory (or `s3://bucket/prefix`) for changelog files.
     BasePath(String) base_path {
         key: "dstl.dfs.base-path",
-        parse: text("a directory path or s3://bucket/prefix"),
+        parse: text(|v| !v.is_empty(), "a directory path or s3://bucket/prefix"),
         default: "dstl-data".into(),
     }
     /// Snappy-frame files.
@@ -460,11 +430,7 @@ settings! {
     /// `fixed` or `none`.
     RetryPolicy(RetryPolicyKind) retry_policy {
         key: "dstl.dfs.upload.retry-policy",
-        parse: Box::new(|v| match v {
-            "fixed" => Ok(RetryPolicyKind::Fixed),
-            "none" => Ok(RetryPolicyKind::None),
-            _ => Err("`fixed` or `none`"),
-        }),
+        parse: Box::new(|v| RetryPolicyKind::from_word(v).ok_or("`fixed` or `none`")),
         default: RetryPolicyKind::Fixed,
     }
     /// Per-attempt timeout (zero waits forever).
@@ -501,14 +467,10 @@ settings! {
     /// `<base>/<job-id>/dstl/`. A host makes a random one.
     JobId(String) job_id {
         key: "dstl.job-id",
-        parse: Box::new(|v| {
-            let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-            if v.len() == 32 && v.bytes().all(hex) {
-                Ok(v.to_string())
-            } else {
-                Err("32 lowercase hexadecimal characters")
-            }
-        }),
+        parse: text(
+            |v| v.len() == 32 && v.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "32 lowercase hexadecimal characters",
+        ),
         unset: "(random)",
     }
     /// Keep a local copy of every upload and build local handles.
@@ -521,7 +483,7 @@ settings! {
     /// base is an object store).
     LocalDir(String) local_dir {
         key: "dstl.local-recovery.dir",
-        parse: text("a non-empty directory path"),
+        parse: text(|v| !v.is_empty(), "a non-empty directory path"),
         unset: "(<base>/local)",
     }
     /// Linear-memory cap of one writer's sandbox.
@@ -556,35 +518,30 @@ settings! {
     /// many storages (jobs) are open, and `max-writers` then bounds them all together.
     Engine(WriterEngine) engine {
         key: "dstl.writer.engine",
-        parse: Box::new(|v| match v.to_ascii_lowercase().as_str() {
-            "storage" => Ok(WriterEngine::Storage),
-            "process" => Ok(WriterEngine::Process),
-            _ => Err("`storage` or `process`"),
+        parse: Box::new(|v| {
+            WriterEngine::from_word(&v.to_ascii_lowercase()).ok_or("`storage` or `process`")
         }),
         default: WriterEngine::Storage,
     }
     /// The S3-compatible endpoint's URL.
     S3Endpoint(String) s3_endpoint {
         key: "dstl.s3.endpoint",
-        parse: Box::new(|v| {
-            if v.starts_with("http://") || v.starts_with("https://") {
-                Ok(v.to_string())
-            } else {
-                Err("an http:// or https:// URL")
-            }
-        }),
+        parse: text(
+            |v| v.starts_with("http://") || v.starts_with("https://"),
+            "an http:// or https:// URL",
+        ),
         unset: "(AWS_ENDPOINT_URL)",
     }
     /// The S3 region.
     S3Region(String) s3_region {
         key: "dstl.s3.region",
-        parse: text(""),
+        parse: text(|_| true, ""),
         unset: "(AWS_REGION, else us-east-1)",
     }
     /// The S3 access key id.
     S3AccessKeyId(String) s3_access_key_id {
         key: "dstl.s3.access-key-id",
-        parse: text(""),
+        parse: text(|_| true, ""),
         unset: "(AWS_ACCESS_KEY_ID)",
     }
     /// The S3 secret access key.

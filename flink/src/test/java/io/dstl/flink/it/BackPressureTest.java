@@ -5,9 +5,6 @@ import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.metrics.Gauge;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsCounts;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.MethodSource;
 
 import java.io.PrintWriter;
 import java.io.StringWriter;
@@ -32,16 +29,12 @@ import java.util.concurrent.CopyOnWriteArrayList;
  * timeout, and reports any exception that killed a dstl thread.
  */
 @Timeout(180)
-class BackPressureTest {
+class BackPressureTest extends JobTest {
 
     /** No record into the stateful operator for this long while the job runs: a deadlock. */
     private static final Duration STALL = Duration.ofSeconds(10);
 
-    @TempDir
-    Path dir;
-
-    @ParameterizedTest(name = "storage={0}")
-    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @EachStorage
     void tinyInFlightLimitThrottlesWithoutDeadlock(String storage) throws Exception {
         String label = "(j) back-pressure " + storage;
         ChangelogTestJob.Params p = Scenarios.params(dir);

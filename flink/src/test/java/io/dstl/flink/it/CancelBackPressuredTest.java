@@ -2,10 +2,7 @@ package io.dstl.flink.it;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -21,17 +18,13 @@ import java.util.Map;
  * the hung uploads beyond its grace.
  */
 @Timeout(240)
-class CancelBackPressuredTest {
+class CancelBackPressuredTest extends JobTest {
 
     /** What "within seconds" means here: well below Flink's 30 s interrupt interval. */
     private static final Duration CANCEL_LIMIT = Duration.ofSeconds(20);
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void aJobBackPressuredAgainstAHungStoreIsCancelledAndFreesItsSlots() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(r) cancel while back-pressured";
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.keys = 8;

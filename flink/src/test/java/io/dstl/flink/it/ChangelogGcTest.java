@@ -2,7 +2,6 @@ package io.dstl.flink.it;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -18,11 +17,8 @@ import java.util.Map;
  * checkpoints is in {@code ObjectStoreClusterTest} and {@code ObjectStoreTest}.
  */
 @Timeout(120)
-class ChangelogGcTest {
+class ChangelogGcTest extends JobTest {
     private static final String JOB = "0123456789abcdef0123456789abcdef";
-
-    @TempDir
-    Path dir;
 
     private Path changelog;
     private Path checkpoints;

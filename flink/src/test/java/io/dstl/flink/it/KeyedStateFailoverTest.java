@@ -1,7 +1,6 @@
 package io.dstl.flink.it;
 
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -14,10 +13,7 @@ import java.util.Map;
  * materialized snapshot with the changelog written after it, and the storage sees truncations.
  */
 @Timeout(180)
-class KeyedStateFailoverTest {
-
-    @TempDir
-    Path dir;
+class KeyedStateFailoverTest extends JobTest {
 
     @ParameterizedTest(name = "storage={0} backend={1}")
     @MethodSource("io.dstl.flink.it.TestSettings#storagesAndBackends")

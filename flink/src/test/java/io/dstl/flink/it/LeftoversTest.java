@@ -2,9 +2,8 @@ package io.dstl.flink.it;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsCounts;
-import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.condition.EnabledIf;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -24,18 +23,15 @@ import java.util.Map;
  * (a {@code .}-name that an upload never moved into place).
  */
 @Timeout(180)
-class LeftoversTest {
+class LeftoversTest extends JobTest {
 
     private static final Duration QUIET = Duration.ofMillis(300);
     private static final Duration SETTLE_TIMEOUT = Duration.ofSeconds(15);
 
-    @TempDir
-    Path dir;
-
     @ParameterizedTest(name = "job {0}")
     @ValueSource(strings = {"finished", "cancelled"})
+    @EnabledIf("io.dstl.flink.it.TestSettings#dstlEnabled")
     void dstlLeavesNoMoreThanFlinksStorage(String ending) throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(g) leftovers, job " + ending;
         Map<String, BasePathListing> left = new LinkedHashMap<>();
         for (String storage : TestSettings.storages()) {

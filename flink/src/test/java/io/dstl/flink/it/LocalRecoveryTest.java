@@ -3,9 +3,6 @@ package io.dstl.flink.it;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsCounts;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.MethodSource;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -19,13 +16,9 @@ import java.util.stream.Collectors;
  * the same TaskManager prefers that copy.
  */
 @Timeout(180)
-class LocalRecoveryTest {
+class LocalRecoveryTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @ParameterizedTest(name = "storage={0}")
-    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @EachStorage
     void exactStateAfterFailureWithLocalRecovery(String storage) throws Exception {
         String label = "(d) local recovery " + storage;
         ChangelogTestJob.Params p = Scenarios.params(dir);

@@ -6,10 +6,7 @@ import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Gauge;
 import org.apache.flink.metrics.Histogram;
 import org.apache.flink.metrics.Metric;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -32,7 +29,7 @@ import java.util.stream.Collectors;
  * register at least every {@code ChangelogStorage.*} name Flink does.
  */
 @Timeout(180)
-class MetricsTest {
+class MetricsTest extends JobTest {
 
     private static final String PREFIX = "ChangelogStorage.";
     private static final String REQUESTS = PREFIX + "numberOfUploadRequests";
@@ -52,12 +49,8 @@ class MetricsTest {
         EXPECTED.put(PREFIX + "uploadQueueSize", Gauge.class);
     }
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void dstlRegistersFlinksChangelogMetricsAndCountsUploads() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         Map<String, TreeSet<String>> names = new LinkedHashMap<>();
         for (String storage : TestSettings.storages()) {
             names.put(storage, run("(i) metrics " + storage, storage));

@@ -5,9 +5,6 @@ import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.MethodSource;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -30,18 +27,14 @@ import java.util.Map;
  * until every task runs again (failure detection, scheduling, restore) is reported for both.
  */
 @Timeout(360)
-class ObjectStoreClusterTest {
+class ObjectStoreClusterTest extends JobTest {
     /**
      * How long after the SIGKILL an object of the killed TaskManager may still be committed: a
      * PUT whose body was sent completes at the server (and the store's times are whole seconds).
      */
     private static final long ORPHAN_SLACK_MS = 2_000;
 
-    @TempDir
-    Path dir;
-
-    @ParameterizedTest(name = "storage={0}")
-    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @EachStorage
     void aJobOnTheObjectStoreSurvivesThrottlingAndAKilledTaskManager(String storage) throws Exception {
         String label = "(t) object store, process cluster, " + storage;
         ChangelogTestJob.Params p = Scenarios.params(dir);

@@ -2,10 +2,7 @@ package io.dstl.flink.it;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsCounts;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -21,14 +18,10 @@ import java.util.Map;
  * changelog is left.
  */
 @Timeout(300)
-class ObjectStoreTest {
+class ObjectStoreTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void aJobOnTheObjectStoreRestoresExactlyAndLeavesNoChangelogBehind() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(s) object store, MiniCluster";
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.recordsPerKey = 600;
@@ -72,9 +65,8 @@ class ObjectStoreTest {
         }
     }
 
-    @Test
+    @DstlOnly
     void aCancelledJobLeavesOnlyWhatItsRetainedCheckpointNamesAndResumesFromIt() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(s) object store, cancel and resume";
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.recordsPerKey = 600;

@@ -2,9 +2,6 @@ package io.dstl.flink.it;
 
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.MethodSource;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -29,13 +26,9 @@ import java.util.stream.Stream;
  * (2 slots, enough for parallelism 2) and finish with exact state.
  */
 @Timeout(300)
-class ProcessClusterTest {
+class ProcessClusterTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @ParameterizedTest(name = "storage={0}")
-    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @EachStorage
     void jobSurvivesKilledTaskManager(String storage) throws Exception {
         String label = "(f) process cluster, TaskManager killed, " + storage;
         ChangelogTestJob.Params p = Scenarios.params(dir);

@@ -1,9 +1,6 @@
 package io.dstl.flink.it;
 
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.MethodSource;
 
 import java.nio.file.Path;
 
@@ -12,13 +9,9 @@ import java.nio.file.Path;
  * moves to a new owner, so the changelog of each old subtask is read back split by key group.
  */
 @Timeout(180)
-class RescaleTest {
+class RescaleTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @ParameterizedTest(name = "storage={0}")
-    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @EachStorage
     void restoresRetainedCheckpointAtHigherParallelism(String storage) throws Exception {
         StopAndRestore.run("(b) rescale 2->3 " + storage, dir, storage, 2, storage, 3, 0);
     }

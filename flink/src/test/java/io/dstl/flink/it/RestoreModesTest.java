@@ -4,9 +4,6 @@ import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.MethodSource;
 
 import java.net.URI;
 import java.nio.file.Files;
@@ -29,13 +26,9 @@ import java.util.Map;
  * </ol>
  */
 @Timeout(300)
-class RestoreModesTest {
+class RestoreModesTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @ParameterizedTest(name = "storage={0}")
-    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @EachStorage
     void noClaimFailsEveryCheckpointAndAClaimedCheckpointIsGoneOnceSubsumed(String storage) throws Exception {
         String label = "(u) restore modes, " + storage;
         long start = System.nanoTime();

@@ -1,9 +1,6 @@
 package io.dstl.flink.it;
 
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -19,14 +16,10 @@ import java.util.concurrent.TimeUnit;
  * whole process; it must exit 0 having printed {@code SURVIVED}.
  */
 @Timeout(300)
-class StorageCloseTest {
+class StorageCloseTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void aStorageWithAPoisonedWriterClosesAndTheJvmSurvives() throws Exception {
-        assumeDstl();
         String hooks = System.getProperty("dstl.flink.test.hooks.library");
         if (hooks == null || !Files.isRegularFile(Path.of(hooks))) {
             throw new AssertionError("the test-hooks library is missing (-Ddstl.flink.test.hooks.library="
@@ -35,23 +28,17 @@ class StorageCloseTest {
         run("poisoned", List.of("-Ddstl.native.library=" + hooks), dir.toString());
     }
 
-    @Test
+    @DstlOnly
     void backPressuredTaskThreadsLeaveOnInterruptAndOnCloseAndTheJvmSurvives() throws Exception {
-        assumeDstl();
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "closing")) {
             run("back-pressured", List.of(), weed.endpoint(), weed.bucket, Seaweed.ACCESS_KEY, Seaweed.SECRET_KEY,
                     Long.toString(weed.pid()));
         }
     }
 
-    @Test
+    @DstlOnly
     void writersCreatedWhileTheStorageClosesAreSafeAndTheJvmSurvives() throws Exception {
-        assumeDstl();
         run("mid-create", List.of(), dir.toString());
-    }
-
-    private static void assumeDstl() {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
     }
 
     /** Runs the scenario in a JVM like this one; fails with its output unless it survived. */

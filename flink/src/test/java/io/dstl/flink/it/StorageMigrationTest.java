@@ -2,7 +2,6 @@ package io.dstl.flink.it;
 
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -18,10 +17,7 @@ import java.nio.file.Path;
  * written by both storages.
  */
 @Timeout(180)
-class StorageMigrationTest {
-
-    @TempDir
-    Path dir;
+class StorageMigrationTest extends JobTest {
 
     @ParameterizedTest(name = "{0} -> {1}")
     @CsvSource({"filesystem, dstl", "dstl, filesystem"})

@@ -41,6 +41,11 @@ final class TestSettings {
         return storages().contains(storage);
     }
 
+    /** {@code @EnabledIf}: whether dstl is among the storages under test. */
+    static boolean dstlEnabled() {
+        return enabled(DSTL);
+    }
+
     /** {@code @MethodSource}: every storage. */
     static Stream<String> storageNames() {
         return storages().stream();

@@ -1,10 +1,7 @@
 package io.dstl.flink.it;
 
 import org.apache.flink.api.common.JobID;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -29,16 +26,12 @@ import java.util.stream.Stream;
  * or engine that was never released. Native threads are read from {@code /proc/self/task}.
  */
 @Timeout(120)
-class ThreadsAfterShutdownTest {
+class ThreadsAfterShutdownTest extends JobTest {
 
     private static final Duration SETTLE_TIMEOUT = Duration.ofSeconds(10);
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void noThreadOutlivesTheClusterOfAFinishedDstlJob() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(h) threads after shutdown";
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.recordsPerKey = 150;

@@ -3,10 +3,7 @@ package io.dstl.flink.it;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.runtime.jobmaster.JobResult;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -21,14 +18,10 @@ import java.util.Map;
  * and dstl must still work in the same JVM afterwards.
  */
 @Timeout(240)
-class TrappedWriterTest {
+class TrappedWriterTest extends JobTest {
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void writerOutOfMemoryFailsTheJobWithAClearCause() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(e) trapped writer";
         ChangelogTestJob.Params p = Scenarios.params(dir.resolve("trapped"));
         p.keys = 4;

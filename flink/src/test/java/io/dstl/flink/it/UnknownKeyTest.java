@@ -3,10 +3,7 @@ package io.dstl.flink.it;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.runtime.jobmaster.JobResult;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -22,16 +19,12 @@ import java.util.Map;
  * TaskManager, after that failure) runs as if dstl were not there.
  */
 @Timeout(120)
-class UnknownKeyTest {
+class UnknownKeyTest extends JobTest {
 
     private static final String BAD_KEY = "state.changelog.dstl.no-such-key";
 
-    @TempDir
-    Path dir;
-
-    @Test
+    @DstlOnly
     void unknownKeyFailsChangelogJobsOnly() throws Exception {
-        Assumptions.assumeTrue(TestSettings.enabled(TestSettings.DSTL), "dstl not in DSTL_FLINK_TEST_STORAGES");
         String label = "(k) unknown key";
         Path base = dir.resolve("changelog");
         Map<String, String> clusterConfig = TestSettings.changelog(TestSettings.DSTL, "hashmap", base,

@@ -1,0 +1,35 @@
+package io.dstl.flink.it;
+
+import java.lang.annotation.ElementType;
+import java.lang.annotation.Retention;
+import java.lang.annotation.RetentionPolicy;
+import java.lang.annotation.Target;
+import java.nio.file.Path;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.condition.EnabledIf;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/** What every test of a Flink job shares: a directory of its own, and the storages it runs on. */
+abstract class JobTest {
+
+    /** A fresh directory for each test, removed after it. */
+    @TempDir
+    Path dir;
+
+    /** A test run once for each storage of {@code DSTL_FLINK_TEST_STORAGES}, named by it. */
+    @Target(ElementType.METHOD)
+    @Retention(RetentionPolicy.RUNTIME)
+    @ParameterizedTest(name = "storage={0}")
+    @MethodSource("io.dstl.flink.it.TestSettings#storageNames")
+    @interface EachStorage {}
+
+    /** A test of dstl alone, skipped when {@code DSTL_FLINK_TEST_STORAGES} leaves dstl out. */
+    @Target(ElementType.METHOD)
+    @Retention(RetentionPolicy.RUNTIME)
+    @Test
+    @EnabledIf("io.dstl.flink.it.TestSettings#dstlEnabled")
+    @interface DstlOnly {}
+}
