@@ -5,7 +5,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::background::{Job, Outstanding};
-use crate::store::Stores;
+use crate::store::{Holder, Stores};
 use crate::sync::{CondvarExt, LockExt};
 
 /// Deletes files on `dstl.dfs.discard.num-threads` threads, off the callers' threads.
@@ -24,7 +24,7 @@ struct DiscardPool {
 
 #[derive(Default)]
 struct DiscardQueue {
-    paths: VecDeque<(String, Job)>,
+    paths: VecDeque<(Holder, String, Job)>,
     /// Deletions running on a pool thread.
     running: usize,
     closed: bool,
@@ -48,17 +48,18 @@ impl Discarder {
         Ok(Self { inner })
     }
 
-    /// Deletes `path` soon (at once, on this thread, once the pool is closed).
-    pub fn discard(&self, path: String) {
+    /// Deletes `path` from the store that holds it soon (at once, on this thread, once
+    /// the pool is closed).
+    pub fn discard(&self, holder: Holder, path: String) {
         let mut queue = self.inner.queue.locked();
         if queue.closed {
             drop(queue);
-            self.inner.delete(&path);
+            self.inner.delete(holder, &path);
             return;
         }
         queue
             .paths
-            .push_back((path, self.inner.outstanding.start()));
+            .push_back((holder, path, self.inner.outstanding.start()));
         drop(queue);
         self.inner.wake.notify_one();
     }
@@ -78,7 +79,7 @@ impl Discarder {
             }
             queue = self.inner.wake.wait_timeout_locked(queue, left).0;
         }
-        let abandoned: Vec<String> = queue.paths.drain(..).map(|(path, _job)| path).collect();
+        let abandoned: Vec<String> = queue.paths.drain(..).map(|(_, path, _job)| path).collect();
         for path in &abandoned {
             tracing::warn!(%path, "file not deleted before the storage closed; orphan collection (dstl::gc) removes it");
         }
@@ -90,10 +91,10 @@ impl DiscardPool {
     fn work(&self) {
         let mut queue = self.queue.locked();
         loop {
-            if let Some((path, job)) = queue.paths.pop_front() {
+            if let Some((holder, path, job)) = queue.paths.pop_front() {
                 queue.running += 1;
                 drop(queue);
-                self.delete(&path);
+                self.delete(holder, &path);
                 drop(job);
                 queue = self.queue.locked();
                 queue.running -= 1;
@@ -107,8 +108,8 @@ impl DiscardPool {
         }
     }
 
-    fn delete(&self, path: &str) {
-        match self.stores.delete(path) {
+    fn delete(&self, holder: Holder, path: &str) {
+        match self.stores.delete(holder, path) {
             Ok(()) => tracing::debug!(%path, "discarded changelog file"),
             Err(e) => tracing::warn!(%path, error = %e, "could not discard changelog file"),
         }

@@ -9,6 +9,7 @@ use dstl_proto::ownership::{LocalClaims, Released};
 use crate::sync::LockExt;
 
 use super::{Discarder, WriterId};
+use crate::store::Holder;
 
 /// Local copies (Flink's `LocalChangelogRegistry`), owned per writer: one local file holds
 /// change sets of every writer in its batch, so one writer's confirm or abort discards only
@@ -60,7 +61,7 @@ impl LocalRegistry {
     pub fn discard_up_to(&self, writer: WriterId, checkpoint: i64) -> Vec<String> {
         let discarded = self.claims.locked().discard_up_to(writer, checkpoint);
         for path in discarded.delete {
-            self.discarder.discard(path);
+            self.discarder.discard(Holder::LocalCopy, path);
         }
         discarded.forgotten
     }
@@ -85,7 +86,7 @@ impl LocalRegistry {
     fn apply(&self, writer: WriterId, path: &str, released: Released) {
         match released {
             Released::Kept => {}
-            Released::Delete => self.discarder.discard(path.to_string()),
+            Released::Delete => self.discarder.discard(Holder::LocalCopy, path.to_string()),
             Released::Untracked => {
                 tracing::debug!(%path, writer, "local copy not claimed by this writer")
             }

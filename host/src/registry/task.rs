@@ -10,6 +10,7 @@ use dstl_proto::ownership::{Released, TaskRefs, Tracking};
 use crate::sync::LockExt;
 
 use super::Discarder;
+use crate::store::Holder;
 
 /// Reference counts per file (Flink's `TaskChangelogRegistry`).
 #[derive(Clone)]
@@ -61,7 +62,7 @@ impl TaskRegistry {
             }
             Tracking::Empty => {
                 tracing::error!(%path, "a new file holds no change set; deleting it");
-                self.discarder.discard(path.to_string());
+                self.discarder.discard(Holder::Remote, path.to_string());
             }
         }
     }
@@ -91,7 +92,7 @@ impl TaskRegistry {
         };
         match released {
             Released::Kept => {}
-            Released::Delete => self.discarder.discard(path.to_string()),
+            Released::Delete => self.discarder.discard(Holder::Remote, path.to_string()),
             Released::Untracked => {
                 tracing::debug!(%path, "release of an untracked file (confirmed or already discarded)")
             }

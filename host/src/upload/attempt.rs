@@ -11,7 +11,7 @@ use dstl_proto::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 use super::AttemptError;
 use super::buffers::BlockPool;
 use crate::metrics::Metrics;
-use crate::store::{LocalStore, Store, Stores};
+use crate::store::{Holder, LocalStore, Store, Stores};
 
 /// Writes files for batches of upload tasks.
 pub(crate) struct Uploader {
@@ -160,8 +160,9 @@ impl Uploader {
             remote: self.store.clone(),
             local: self.local.clone(),
         };
-        for path in std::iter::once(&file.remote).chain(&file.local) {
-            if let Err(e) = stores.delete(path) {
+        let local = file.local.iter().map(|path| (Holder::LocalCopy, path));
+        for (holder, path) in std::iter::once((Holder::Remote, &file.remote)).chain(local) {
+            if let Err(e) = stores.delete(holder, path) {
                 tracing::warn!(%path, error = %e, "could not delete the file of a losing upload attempt");
             }
         }
