@@ -223,7 +223,7 @@ macro_rules! wit_conversions {
 }
 
 /// The domain's names for the types of the WIT `writer-error`, gathered in one module as
-/// the generated bindings have them, so [`map_writer_error!`] names both sides alike.
+/// the generated bindings have them, so `map_writer_error!` names both sides alike.
 #[doc(hidden)]
 pub mod domain {
     pub use crate::error::*;
