@@ -199,9 +199,31 @@ impl Seaweed {
         assert!(status.success(), "kill {signal} {pid} failed");
     }
 
-    /// Freezes the server (SIGSTOP): connections hang.
+    /// Freezes the server (SIGSTOP): connections hang. Returns once every thread of the
+    /// server has stopped (a thread inside a system call, an fsync say, stops only when
+    /// the call returns), so nothing the caller does next can be served.
     pub fn pause(&self) {
         self.signal("-STOP");
+        let pid = self.child.as_ref().expect("server running").id();
+        let started = Instant::now();
+        loop {
+            let states: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|tasks| {
+                    tasks
+                        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+                        .filter_map(|stat| Some(stat.rsplit_once(") ")?.1.get(..1)?.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !states.is_empty() && states.iter().all(|s| s == "T") {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "SeaweedFS (pid {pid}) did not stop within 10 s: thread states {states:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Thaws a paused server.
