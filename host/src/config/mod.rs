@@ -309,15 +309,19 @@ impl Config {
     /// The directory holding local copies (Flink's `jid_<job>/taskowned`); by default
     /// under the base directory, or `./dstl-local` when the base is an object store.
     pub fn local_copies_dir(&self) -> PathBuf {
-        let default = match self.location() {
-            Location::Local(dir) => dir.join("local"),
-            Location::S3 { .. } => PathBuf::from("dstl-local"),
-        };
-        self.local_dir
-            .as_ref()
-            .map_or(default, PathBuf::from)
+        self.local_copies_root()
             .join(format!("jid_{}", self.job_id()))
             .join("taskowned")
+    }
+
+    /// The directory holding every job's local copies (`dstl.local-recovery.dir`); by
+    /// default `<base>/local`, or `./dstl-local` when the base is an object store.
+    pub fn local_copies_root(&self) -> PathBuf {
+        match (&self.local_dir, self.location()) {
+            (Some(dir), _) => PathBuf::from(dir),
+            (None, Location::Local(base)) => base.join("local"),
+            (None, Location::S3 { .. }) => PathBuf::from("dstl-local"),
+        }
     }
 
     /// The job id (`dstl.job-id`): the one set, or the random one of the defaults.

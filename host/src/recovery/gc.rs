@@ -348,14 +348,7 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
             }
         }
     }
-    let local = config
-        .local_dir
-        .as_ref()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| match config.location() {
-            Location::Local(base) => base.join("local"),
-            Location::S3 { .. } => "dstl-local".into(),
-        });
+    let local = config.local_copies_root();
     if local.is_dir() {
         let local = local.canonicalize().map_err(list_error(&local))?;
         for (name, dir) in job_dirs(&local, "taskowned", &mut links)? {

@@ -11,7 +11,7 @@ use dstl_proto::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
 use super::AttemptError;
 use super::buffers::BlockPool;
 use crate::metrics::Metrics;
-use crate::store::{Holder, LocalStore, Store, Stores};
+use crate::store::{LocalStore, Store};
 
 /// Writes files for batches of upload tasks.
 pub(crate) struct Uploader {
@@ -156,13 +156,12 @@ impl Uploader {
 
     /// Deletes the files of an attempt that lost (its local copy too, unlike Flink).
     pub fn discard(&self, file: UploadedFile) {
-        let stores = Stores {
-            remote: self.store.clone(),
-            local: self.local.clone(),
-        };
-        let local = file.local.iter().map(|path| (Holder::LocalCopy, path));
-        for (holder, path) in std::iter::once((Holder::Remote, &file.remote)).chain(local) {
-            if let Err(e) = stores.delete(holder, path) {
+        let remote = std::iter::once((&*self.store, &file.remote));
+        let local = (self.local.as_ref())
+            .zip(file.local.as_ref())
+            .map(|(store, path)| (store as &dyn Store, path));
+        for (store, path) in remote.chain(local) {
+            if let Err(e) = store.delete(path) {
                 tracing::warn!(%path, error = %e, "could not delete the file of a losing upload attempt");
             }
         }

@@ -30,8 +30,8 @@ thread_local! {
 /// Runs `f` on this thread with `interrupted` consulted while `f` waits for upload
 /// capacity (the in-flight limit of `dstl.dfs.upload.max-in-flight`): a wait asks it
 /// every 20 ms and gives up once it answers true, and the upload that waited fails with
-/// [`crate::UploadError::Refused`] (`Refusal::Interrupted`) (a pre-emptive upload fails the append that
-/// triggered it; a persist fails). An embedding whose threads are interrupted by other
+/// [`crate::UploadError::Refused`] (`Refusal::Interrupted`): a pre-emptive upload fails
+/// the append that triggered it, a persist fails. An embedding whose threads are interrupted by other
 /// means than dstl's own close (a JVM's `Thread.interrupt`, a cancelled task) passes its
 /// way of asking here, so a back-pressured call never outlives the task that made it.
 ///
