@@ -13,6 +13,32 @@
 //!   `truncateAndClose`/`closeWriter`/`freeWriter`. The Java side never uses one after
 //!   freeing it (its writer is confined to the task thread; see `DstlWriter.java`).
 
+/// Declares JNI entry points of the Java class `io.dstl.flink.<class>`: each
+/// `fn name(env, class, args..) -> R { .. }` is exported as
+/// `Java_io_dstl_flink_<class>_<name>` with the JNI environment and class first, and its
+/// body sees `OPERATION`, the name, for the errors it raises. Every body goes through
+/// [`entry`] or one of its forms, so no panic crosses JNI.
+macro_rules! jni_entry_points {
+    ($class:literal: $(
+        $(#[$attr:meta])*
+        fn $name:ident($env:ident, $jclass:ident $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?
+        $body:block
+    )*) => {$(
+        $(#[$attr])*
+        #[unsafe(export_name = concat!("Java_io_dstl_flink_", $class, "_", stringify!($name)))]
+        #[allow(non_snake_case)]
+        pub extern "system" fn $name(
+            $env: *mut jni_sys::JNIEnv,
+            $jclass: jni_sys::jclass,
+            $($arg: $ty),*
+        ) $(-> $ret)? {
+            #[allow(dead_code)]
+            const OPERATION: &str = stringify!($name);
+            $body
+        }
+    )*};
+}
+
 mod completion;
 mod jni;
 mod metrics;
@@ -127,9 +153,19 @@ impl From<Error> for Thrown {
     }
 }
 
-/// Runs one entry point's body: an `Err` or a panic becomes a pending Java exception and
-/// the call returns `fallback`.
+/// Runs the body of the entry point `operation`: an `Err` or a panic becomes a pending
+/// Java exception and the call returns `fallback`.
 pub(crate) fn entry<R>(
+    env: *mut JNIEnv,
+    operation: &str,
+    fallback: R,
+    body: impl FnOnce(Env) -> Result<R, Thrown>,
+) -> R {
+    entry_for(env, || operation.into(), fallback, body)
+}
+
+/// [`entry`] for a call about `what` (a writer, named only if the call fails).
+fn entry_for<R>(
     env: *mut JNIEnv,
     what: impl FnOnce() -> String,
     fallback: R,
@@ -176,7 +212,7 @@ fn writer_entry<R>(
     fallback: R,
     body: impl FnOnce(Env) -> Result<R, Thrown>,
 ) -> R {
-    entry(
+    entry_for(
         env,
         || writer_name(handle),
         fallback,
@@ -208,7 +244,7 @@ fn closing_entry(
     // SAFETY: the handle came from `createWriter`; the Java writer gives it up (sets its
     // field to 0) before this call, so it is freed exactly once.
     let owned = unsafe { Box::from_raw(handle as *mut WriterHandle) };
-    entry(env, || name.clone(), (), |_| body(&owned));
+    entry_for(env, || name.clone(), (), |_| body(&owned));
     if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(owned))) {
         tracing::error!(writer = %name, cause = %panic_message(&*panic), "dropping a closed writer panicked");
     }
@@ -219,18 +255,13 @@ fn closing_entry(
 /// non-zero `handle` came from `Box::into_raw` of a `T`, and its owner passes it here once
 /// and never uses it again (each such entry point says why).
 pub(crate) fn free_boxed<T>(env: *mut JNIEnv, operation: &'static str, handle: jlong) {
-    entry(
-        env,
-        || operation.into(),
-        (),
-        |_| {
-            if handle != 0 {
-                // SAFETY: the handle is a `Box<T>` its owner gives up (see above).
-                drop(unsafe { Box::from_raw(handle as *mut T) });
-            }
-            Ok(())
-        },
-    )
+    entry(env, operation, (), |_| {
+        if handle != 0 {
+            // SAFETY: the handle is a `Box<T>` its owner gives up (see above).
+            drop(unsafe { Box::from_raw(handle as *mut T) });
+        }
+        Ok(())
+    })
 }
 
 /// The storage behind a handle from `openStorage`.
@@ -270,19 +301,11 @@ pub(crate) fn configuration(env: Env, settings: jbyteArray) -> Result<Config, Th
     Ok(config)
 }
 
-/// `long openStorage(byte[] settings)`: opens a storage from `key\0value\0` pairs (the
-/// configuration keys the Java side collected; an unknown key fails with its name).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_openStorage(
-    env: *mut JNIEnv,
-    _class: jclass,
-    settings: jbyteArray,
-) -> jlong {
-    entry(
-        env,
-        || "openStorage".into(),
-        0,
-        |env| {
+jni_entry_points! { "Native":
+    /// `long openStorage(byte[] settings)`: opens a storage from `key\0value\0` pairs (the
+    /// configuration keys the Java side collected; an unknown key fails with its name).
+    fn openStorage(env, _class, settings: jbyteArray) -> jlong {
+        entry(env, OPERATION, 0, |env| {
             let config = configuration(env, settings)?;
             let storage = ChangelogStorage::open(config)?;
             let availability = storage.availability();
@@ -295,24 +318,14 @@ pub extern "system" fn Java_io_dstl_flink_Native_openStorage(
                 completions,
             });
             Ok(Box::into_raw(handle) as jlong)
-        },
-    )
-}
+        })
+    }
 
-/// `void closeStorage(long storage)`: closes the storage (uploads still running get
-/// their grace, see `ChangelogStorage::close`) and ends `nextCompletion`'s wait once the
-/// persists still pending have completed. The handle stays valid for `freeStorage`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_closeStorage(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) {
-    entry(
-        env,
-        || "closeStorage".into(),
-        (),
-        |_| {
+    /// `void closeStorage(long storage)`: closes the storage (uploads still running get
+    /// their grace, see `ChangelogStorage::close`) and ends `nextCompletion`'s wait once the
+    /// persists still pending have completed. The handle stays valid for `freeStorage`.
+    fn closeStorage(env, _class, handle: jlong) {
+        entry(env, OPERATION, (), |_| {
             // SAFETY: the Java storage passes its live handle.
             let storage = unsafe { storage(handle) };
             let taken = storage
@@ -331,60 +344,34 @@ pub extern "system" fn Java_io_dstl_flink_Native_closeStorage(
                 )));
             }
             Ok(())
-        },
-    )
-}
+        })
+    }
 
-/// `void freeStorage(long storage)`: frees a closed storage's handle, after the Java
-/// completion thread has left `nextCompletion`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_freeStorage(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) {
-    // The handle came from `openStorage`; the Java storage frees it once.
-    free_boxed::<StorageHandle>(env, "freeStorage", handle)
-}
+    /// `void freeStorage(long storage)`: frees a closed storage's handle, after the Java
+    /// completion thread has left `nextCompletion`.
+    fn freeStorage(env, _class, handle: jlong) {
+        // The handle came from `openStorage`; the Java storage frees it once.
+        free_boxed::<StorageHandle>(env, OPERATION, handle)
+    }
 
-/// `byte[] nextCompletion(long storage)`: blocks until a persist completes and returns
-/// its outcome (the format `Completion.java` reads), or null once the storage is closed
-/// and every pending persist has been delivered.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_nextCompletion(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) -> jbyteArray {
-    entry(
-        env,
-        || "nextCompletion".into(),
-        std::ptr::null_mut(),
-        |env| {
+    /// `byte[] nextCompletion(long storage)`: blocks until a persist completes and returns
+    /// its outcome (the format `Completion.java` reads), or null once the storage is closed
+    /// and every pending persist has been delivered.
+    fn nextCompletion(env, _class, handle: jlong) -> jbyteArray {
+        entry(env, OPERATION, std::ptr::null_mut(), |env| {
             // SAFETY: the completion thread holds the handle until it returns null.
             let storage = unsafe { storage(handle) };
             Ok(match storage.completions.next() {
                 Some(bytes) => env.new_bytes(&bytes),
                 None => std::ptr::null_mut(),
             })
-        },
-    )
-}
+        })
+    }
 
-/// `boolean awaitAvailable(long storage, long timeoutMs)`: whether uploads are accepted
-/// without blocking, after waiting up to `timeoutMs` for that.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_awaitAvailable(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    timeout_ms: jlong,
-) -> jboolean {
-    entry(
-        env,
-        || "awaitAvailable".into(),
-        true,
-        |_| {
+    /// `boolean awaitAvailable(long storage, long timeoutMs)`: whether uploads are accepted
+    /// without blocking, after waiting up to `timeoutMs` for that.
+    fn awaitAvailable(env, _class, handle: jlong, timeout_ms: jlong) -> jboolean {
+        entry(env, OPERATION, true, |_| {
             // SAFETY: live handle.
             let storage = unsafe { storage(handle) };
             let mut availability = storage.availability.clone();
@@ -397,57 +384,31 @@ pub extern "system" fn Java_io_dstl_flink_Native_awaitAvailable(
                 // The timer is created inside the runtime: it needs its time driver.
                 .block_on(async { tokio::time::timeout(timeout, availability.available()).await })
                 .is_ok())
-        },
-    )
-}
+        })
+    }
 
-/// `long batchLimits()`: what a Java writer's batch buffers must hold, as `changes << 32 |
-/// aloneAt` ([`dstl::Budget::MOST`]): at most `changes` changes, and values of fewer than
-/// `aloneAt` bytes (larger ones go alone, through `append`).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_batchLimits(
-    env: *mut JNIEnv,
-    _class: jclass,
-) -> jlong {
-    entry(
-        env,
-        || "batchLimits".into(),
-        0,
-        |_| {
+    /// `long batchLimits()`: what a Java writer's batch buffers must hold, as `changes << 32 |
+    /// aloneAt` ([`dstl::Budget::MOST`]): at most `changes` changes, and values of fewer than
+    /// `aloneAt` bytes (larger ones go alone, through `append`).
+    fn batchLimits(env, _class) -> jlong {
+        entry(env, OPERATION, 0, |_| {
             let most = dstl::Budget::MOST;
             Ok((i64::from(most.changes) << 32) | i64::from(most.alone_at))
-        },
-    )
-}
+        })
+    }
 
-/// `byte[] metricNames()`: the metrics `metrics` reports, a UTF-8 line `KIND NAME` each,
-/// in its order (`crate::metrics`).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_metricNames(
-    env: *mut JNIEnv,
-    _class: jclass,
-) -> jbyteArray {
-    entry(
-        env,
-        || "metricNames".into(),
-        std::ptr::null_mut(),
-        |env| Ok(env.new_bytes(crate::metrics::names().as_bytes())),
-    )
-}
+    /// `byte[] metricNames()`: the metrics `metrics` reports, a UTF-8 line `KIND NAME` each,
+    /// in its order (`crate::metrics`).
+    fn metricNames(env, _class) -> jbyteArray {
+        entry(env, OPERATION, std::ptr::null_mut(), |env| {
+            Ok(env.new_bytes(crate::metrics::names().as_bytes()))
+        })
+    }
 
-/// `long[] metrics(long storage)`: the storage's upload metrics, in the order
-/// `metricNames` lists them.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_metrics(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) -> jlongArray {
-    entry(
-        env,
-        || "metrics".into(),
-        std::ptr::null_mut(),
-        |env| {
+    /// `long[] metrics(long storage)`: the storage's upload metrics, in the order
+    /// `metricNames` lists them.
+    fn metrics(env, _class, handle: jlong) -> jlongArray {
+        entry(env, OPERATION, std::ptr::null_mut(), |env| {
             // SAFETY: live handle.
             let storage = unsafe { storage(handle) };
             let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
@@ -456,33 +417,27 @@ pub extern "system" fn Java_io_dstl_flink_Native_metrics(
             };
             let values = crate::metrics::values(&open.metrics());
             Ok(env.new_longs(&values))
-        },
-    )
-}
+        })
+    }
 
-/// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer keyGroups,
-/// ByteBuffer lengths, ByteBuffer data, ByteBuffer budget)`: a new sandboxed writer for key
-/// groups `[start, end]` whose packed appends come from the three direct buffers, and
-/// whose hand-off budget is published into `budget`.
-#[allow(clippy::too_many_arguments)]
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    name: jbyteArray,
-    start: jint,
-    end: jint,
-    key_groups: jobject,
-    lengths: jobject,
-    data: jobject,
-    budget: jobject,
-) -> jlong {
-    entry(
+    /// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer keyGroups,
+    /// ByteBuffer lengths, ByteBuffer data, ByteBuffer budget)`: a new sandboxed writer for key
+    /// groups `[start, end]` whose packed appends come from the three direct buffers, and
+    /// whose hand-off budget is published into `budget`.
+    #[allow(clippy::too_many_arguments)]
+    fn createWriter(
         env,
-        || "createWriter".into(),
-        0,
-        |env| {
+        _class,
+        handle: jlong,
+        name: jbyteArray,
+        start: jint,
+        end: jint,
+        key_groups: jobject,
+        lengths: jobject,
+        data: jobject,
+        budget: jobject,
+    ) -> jlong {
+        entry(env, OPERATION, 0, |env| {
             // SAFETY: live handle.
             let storage = unsafe { storage(handle) };
             let name = String::from_utf8_lossy(&env.bytes(name)).into_owned();
@@ -525,143 +480,153 @@ pub extern "system" fn Java_io_dstl_flink_Native_createWriter(
             };
             handle.publish_budget();
             Ok(Box::into_raw(Box::new(handle)) as jlong)
-        },
-    )
-}
+        })
+    }
 
-/// `void appendBatch(long writer, int count, int bytes)`: hands the first `count`
-/// changes packed in the writer's buffers (`bytes` bytes of values) to the writer.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_appendBatch(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-    count: jint,
-    bytes: jint,
-) {
-    writer_entry(env, class, handle, (), |_| {
-        // SAFETY: live handle, used by its writer's task thread only.
-        let w = unsafe { writer(handle) };
-        let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
-        if count * 4 > w.key_groups.1.min(w.lengths.1) || bytes > w.data.1 {
-            return Err(Thrown::argument(format!(
-                "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
-                w.writer.name()
-            )));
-        }
-        // SAFETY: the Java writer owns these direct buffers for the writer's lifetime,
-        // does not touch them during this call, and allocated them aligned (direct
-        // buffers are page-aligned); the lengths were checked against their capacities.
-        let (key_groups, lengths, data) = unsafe {
-            (
-                std::slice::from_raw_parts(w.key_groups.0 as *const i32, count),
-                std::slice::from_raw_parts(w.lengths.0 as *const u32, count),
-                std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
-            )
-        };
-        Ok(w.budgeted(|writer| writer.append_batch(key_groups, lengths, data))?)
-    })
-}
+    /// `void appendBatch(long writer, int count, int bytes)`: hands the first `count`
+    /// changes packed in the writer's buffers (`bytes` bytes of values) to the writer.
+    fn appendBatch(env, class, handle: jlong, count: jint, bytes: jint) {
+        writer_entry(env, class, handle, (), |_| {
+            // SAFETY: live handle, used by its writer's task thread only.
+            let w = unsafe { writer(handle) };
+            let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
+            if count * 4 > w.key_groups.1.min(w.lengths.1) || bytes > w.data.1 {
+                return Err(Thrown::argument(format!(
+                    "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
+                    w.writer.name()
+                )));
+            }
+            // SAFETY: the Java writer owns these direct buffers for the writer's lifetime,
+            // does not touch them during this call, and allocated them aligned (direct
+            // buffers are page-aligned); the lengths were checked against their capacities.
+            let (key_groups, lengths, data) = unsafe {
+                (
+                    std::slice::from_raw_parts(w.key_groups.0 as *const i32, count),
+                    std::slice::from_raw_parts(w.lengths.0 as *const u32, count),
+                    std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
+                )
+            };
+            Ok(w.budgeted(|writer| writer.append_batch(key_groups, lengths, data))?)
+        })
+    }
 
-/// `void append(long writer, int keyGroup, byte[] value)`: one change too large for the
-/// buffers (`keyGroup` -1: metadata).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_append(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-    key_group: jint,
-    value: jbyteArray,
-) {
-    writer_entry(env, class, handle, (), |env| {
-        // SAFETY: live handle.
-        let w = unsafe { writer(handle) };
-        Ok(w.budgeted(|writer| {
-            env.with_bytes(value, |value| {
-                writer.append_batch(&[key_group], &[value.len() as u32], value)
+    /// `void append(long writer, int keyGroup, byte[] value)`: one change too large for the
+    /// buffers (`keyGroup` -1: metadata).
+    fn append(env, class, handle: jlong, key_group: jint, value: jbyteArray) {
+        writer_entry(env, class, handle, (), |env| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(w.budgeted(|writer| {
+                env.with_bytes(value, |value| {
+                    writer.append_batch(&[key_group], &[value.len() as u32], value)
+                })
+            })?)
+        })
+    }
+
+    /// `long nextSequenceNumber(long writer)`.
+    fn nextSequenceNumber(env, class, handle: jlong) -> jlong {
+        writer_entry(env, class, handle, -1, |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(w.budgeted(Writer::next_sequence_number)? as jlong)
+        })
+    }
+
+    /// `void persist(long writer, long from, long checkpoint, long request)`: starts a
+    /// persist; its outcome is delivered by `nextCompletion` under `request`.
+    fn persist(env, class, handle: jlong, from: jlong, checkpoint: jlong, request: jlong) {
+        writer_entry(env, class, handle, (), |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            let from = sequence(from)?;
+            let future = w.budgeted(|writer| writer.persist(from, checkpoint))?;
+            w.completions.deliver(request, future);
+            Ok(())
+        })
+    }
+
+    /// `void truncate(long writer, long to)`.
+    fn truncate(env, class, handle: jlong, to: jlong) {
+        writer_entry(env, class, handle, (), |_| {
+            // SAFETY: live handle.
+            Ok(unsafe { writer(handle) }.writer.truncate(sequence(to)?)?)
+        })
+    }
+
+    /// `void confirm(long writer, long from, long to, long checkpoint)`.
+    fn confirm(env, class, handle: jlong, from: jlong, to: jlong, checkpoint: jlong) {
+        checkpoint_call(env, class, handle, [from, to, checkpoint], Writer::confirm)
+    }
+
+    /// `void reset(long writer, long from, long to, long checkpoint)`.
+    fn reset(env, class, handle: jlong, from: jlong, to: jlong, checkpoint: jlong) {
+        checkpoint_call(env, class, handle, [from, to, checkpoint], Writer::reset)
+    }
+
+    /// `void truncateAndClose(long writer, long from)`: releases change sets from `from` on,
+    /// closes the writer and frees its handle (its sandbox goes back to the pool), even when
+    /// the close itself failed.
+    fn truncateAndClose(env, _class, handle: jlong, from: jlong) {
+        closing_entry(env, handle, |w| {
+            Ok(w.writer.truncate_and_close(sequence(from)?)?)
+        })
+    }
+
+    /// `void closeWriter(long writer)`: closes the writer and frees its handle.
+    fn closeWriter(env, _class, handle: jlong) {
+        closing_entry(env, handle, |w| Ok(w.writer.close()?))
+    }
+
+    /// `long closeSignal(long writer)`: a handle that announces the writer's close from
+    /// another thread (`raiseClose`), owned by the Java writer until `freeCloseSignal`. Flink's
+    /// canceler closes a task's backend, and so its writers, before it interrupts the task
+    /// thread; a task thread blocked for upload capacity holds the writer's monitor, which
+    /// the close must take: raising the signal first ends that wait.
+    fn closeSignal(env, _class, handle: jlong) -> jlong {
+        entry_for(env, || writer_name(handle), 0, |_| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(Box::into_raw(Box::new(w.writer.close_signal())) as jlong)
+        })
+    }
+
+    /// `void raiseClose(long signal)`: marks the writer closing; a call of it waiting for
+    /// upload capacity gives up at once. Never blocks; harmless after the writer closed.
+    fn raiseClose(env, _class, signal: jlong) {
+        entry(env, OPERATION, (), |_| {
+            if signal != 0 {
+                // SAFETY: a live handle from `closeSignal`; the Java writer frees it only
+                // under the same lock it raises it under.
+                unsafe { &*(signal as *const dstl::CloseSignal) }.raise();
+            }
+            Ok(())
+        })
+    }
+
+    /// `void freeCloseSignal(long signal)`.
+    fn freeCloseSignal(env, _class, signal: jlong) {
+        // From `closeSignal`; the Java writer zeroes its field under the lock it frees it
+        // under, so it is freed once.
+        free_boxed::<dstl::CloseSignal>(env, OPERATION, signal)
+    }
+
+    /// `String failure(long writer)` as UTF-8: why the writer's sandbox trapped, or null.
+    fn failure(env, _class, handle: jlong) -> jbyteArray {
+        entry_for(env, || writer_name(handle), std::ptr::null_mut(), |env| {
+            // SAFETY: live handle.
+            let w = unsafe { writer(handle) };
+            Ok(match w.writer.failure() {
+                Some(cause) => env.new_bytes(cause.as_bytes()),
+                None => std::ptr::null_mut(),
             })
-        })?)
-    })
-}
-
-/// `long nextSequenceNumber(long writer)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_nextSequenceNumber(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-) -> jlong {
-    writer_entry(env, class, handle, -1, |_| {
-        // SAFETY: live handle.
-        let w = unsafe { writer(handle) };
-        Ok(w.budgeted(Writer::next_sequence_number)? as jlong)
-    })
-}
-
-/// `void persist(long writer, long from, long checkpoint, long request)`: starts a
-/// persist; its outcome is delivered by `nextCompletion` under `request`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_persist(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-    from: jlong,
-    checkpoint: jlong,
-    request: jlong,
-) {
-    writer_entry(env, class, handle, (), |_| {
-        // SAFETY: live handle.
-        let w = unsafe { writer(handle) };
-        let from = sequence(from)?;
-        let future = w.budgeted(|writer| writer.persist(from, checkpoint))?;
-        w.completions.deliver(request, future);
-        Ok(())
-    })
+        })
+    }
 }
 
 fn sequence(value: jlong) -> Result<u64, Thrown> {
     u64::try_from(value)
         .map_err(|_| Thrown::argument(format!("dstl: sequence number {value} is negative")))
-}
-
-/// `void truncate(long writer, long to)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_truncate(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-    to: jlong,
-) {
-    writer_entry(env, class, handle, (), |_| {
-        // SAFETY: live handle.
-        Ok(unsafe { writer(handle) }.writer.truncate(sequence(to)?)?)
-    })
-}
-
-/// `void confirm(long writer, long from, long to, long checkpoint)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_confirm(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-    from: jlong,
-    to: jlong,
-    checkpoint: jlong,
-) {
-    checkpoint_call(env, class, handle, [from, to, checkpoint], Writer::confirm)
-}
-
-/// `void reset(long writer, long from, long to, long checkpoint)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_reset(
-    env: *mut JNIEnv,
-    class: jclass,
-    handle: jlong,
-    from: jlong,
-    to: jlong,
-    checkpoint: jlong,
-) {
-    checkpoint_call(env, class, handle, [from, to, checkpoint], Writer::reset)
 }
 
 /// A writer call about the checkpoint `checkpoint` holding `[from, to)`.
@@ -679,111 +644,6 @@ fn checkpoint_call(
     })
 }
 
-/// `void truncateAndClose(long writer, long from)`: releases change sets from `from` on,
-/// closes the writer and frees its handle (its sandbox goes back to the pool), even when
-/// the close itself failed.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_truncateAndClose(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    from: jlong,
-) {
-    closing_entry(env, handle, |w| {
-        Ok(w.writer.truncate_and_close(sequence(from)?)?)
-    })
-}
-
-/// `void closeWriter(long writer)`: closes the writer and frees its handle.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_closeWriter(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) {
-    closing_entry(env, handle, |w| Ok(w.writer.close()?))
-}
-
-/// `long closeSignal(long writer)`: a handle that announces the writer's close from
-/// another thread (`raiseClose`), owned by the Java writer until `freeCloseSignal`. Flink's
-/// canceler closes a task's backend, and so its writers, before it interrupts the task
-/// thread; a task thread blocked for upload capacity holds the writer's monitor, which
-/// the close must take: raising the signal first ends that wait.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_closeSignal(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) -> jlong {
-    entry(
-        env,
-        || writer_name(handle),
-        0,
-        |_| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            Ok(Box::into_raw(Box::new(w.writer.close_signal())) as jlong)
-        },
-    )
-}
-
-/// `void raiseClose(long signal)`: marks the writer closing; a call of it waiting for
-/// upload capacity gives up at once. Never blocks; harmless after the writer closed.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_raiseClose(
-    env: *mut JNIEnv,
-    _class: jclass,
-    signal: jlong,
-) {
-    entry(
-        env,
-        || "raiseClose".into(),
-        (),
-        |_| {
-            if signal != 0 {
-                // SAFETY: a live handle from `closeSignal`; the Java writer frees it only
-                // under the same lock it raises it under.
-                unsafe { &*(signal as *const dstl::CloseSignal) }.raise();
-            }
-            Ok(())
-        },
-    )
-}
-
-/// `void freeCloseSignal(long signal)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_freeCloseSignal(
-    env: *mut JNIEnv,
-    _class: jclass,
-    signal: jlong,
-) {
-    // From `closeSignal`; the Java writer zeroes its field under the lock it frees it
-    // under, so it is freed once.
-    free_boxed::<dstl::CloseSignal>(env, "freeCloseSignal", signal)
-}
-
-/// `String failure(long writer)` as UTF-8: why the writer's sandbox trapped, or null.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_failure(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) -> jbyteArray {
-    entry(
-        env,
-        || writer_name(handle),
-        std::ptr::null_mut(),
-        |env| {
-            // SAFETY: live handle.
-            let w = unsafe { writer(handle) };
-            Ok(match w.writer.failure() {
-                Some(cause) => env.new_bytes(cause.as_bytes()),
-                None => std::ptr::null_mut(),
-            })
-        },
-    )
-}
-
 /// Fault injection for the plugin's tests, in a library built with the feature
 /// `test-hooks` only (flink/test.sh builds one beside the plugin's); the Java class
 /// `io.dstl.flink.TestHooks` exists only among the tests.
@@ -791,20 +651,12 @@ pub extern "system" fn Java_io_dstl_flink_Native_failure(
 mod test_hooks {
     use super::*;
 
-    /// `void panicInNextSchedule(long storage)`: the next upload a writer of the storage
-    /// schedules panics inside the host, with the writer and the scheduler locked (see
-    /// `ChangelogStorage::panic_in_next_schedule`).
-    #[unsafe(no_mangle)]
-    pub extern "system" fn Java_io_dstl_flink_TestHooks_panicInNextSchedule(
-        env: *mut JNIEnv,
-        _class: jclass,
-        handle: jlong,
-    ) {
-        entry(
-            env,
-            || "panicInNextSchedule".into(),
-            (),
-            |_| {
+    jni_entry_points! { "TestHooks":
+        /// `void panicInNextSchedule(long storage)`: the next upload a writer of the
+        /// storage schedules panics inside the host, with the writer and the scheduler
+        /// locked (see `ChangelogStorage::panic_in_next_schedule`).
+        fn panicInNextSchedule(env, _class, handle: jlong) {
+            entry(env, OPERATION, (), |_| {
                 // SAFETY: the test passes a live storage handle.
                 let storage = unsafe { storage(handle) };
                 let guard = storage.storage.lock().unwrap_or_else(|e| e.into_inner());
@@ -812,7 +664,7 @@ mod test_hooks {
                     open.panic_in_next_schedule();
                 }
                 Ok(())
-            },
-        )
+            })
+        }
     }
 }

@@ -14,52 +14,17 @@ enum Reading {
 }
 
 /// Every metric the plugin reports, in the order `metrics` gives their values.
+#[rustfmt::skip]
 const METRICS: &[(&str, &str, Reading)] = &[
-    (
-        "counter",
-        "numberOfUploadRequests",
-        Reading::Value(|m| m.upload_requests),
-    ),
-    (
-        "counter",
-        "numberOfUploadFailures",
-        Reading::Value(|m| m.upload_failures),
-    ),
-    (
-        "gauge",
-        "uploadQueueSize",
-        Reading::Value(|m| m.upload_queue_size),
-    ),
-    (
-        "gauge",
-        "inFlightBytes",
-        Reading::Value(|m| m.bytes_in_flight),
-    ),
-    (
-        "histogram",
-        "uploadSizes",
-        Reading::Histogram(|m| &m.upload_sizes),
-    ),
-    (
-        "histogram",
-        "uploadLatenciesNanos",
-        Reading::Histogram(|m| &m.upload_latencies_nanos),
-    ),
-    (
-        "histogram",
-        "attemptsPerUpload",
-        Reading::Histogram(|m| &m.attempts_per_upload),
-    ),
-    (
-        "histogram",
-        "totalAttemptsPerUpload",
-        Reading::Histogram(|m| &m.total_attempts_per_upload),
-    ),
-    (
-        "histogram",
-        "uploadBatchSizes",
-        Reading::Histogram(|m| &m.upload_batch_sizes),
-    ),
+    ("counter", "numberOfUploadRequests", Reading::Value(|m| m.upload_requests)),
+    ("counter", "numberOfUploadFailures", Reading::Value(|m| m.upload_failures)),
+    ("gauge", "uploadQueueSize", Reading::Value(|m| m.upload_queue_size)),
+    ("gauge", "inFlightBytes", Reading::Value(|m| m.bytes_in_flight)),
+    ("histogram", "uploadSizes", Reading::Histogram(|m| &m.upload_sizes)),
+    ("histogram", "uploadLatenciesNanos", Reading::Histogram(|m| &m.upload_latencies_nanos)),
+    ("histogram", "attemptsPerUpload", Reading::Histogram(|m| &m.attempts_per_upload)),
+    ("histogram", "totalAttemptsPerUpload", Reading::Histogram(|m| &m.total_attempts_per_upload)),
+    ("histogram", "uploadBatchSizes", Reading::Histogram(|m| &m.upload_batch_sizes)),
 ];
 
 /// The table for Java: a line `KIND NAME` per metric, in order (kind `counter`, `gauge` or

@@ -5,7 +5,7 @@
 //! installed. One handle per bucket, owned by the Java file system that opened it.
 
 use dstl::{S3Store, StoredFile};
-use jni_sys::{JNIEnv, jboolean, jbyteArray, jclass, jint, jlong, jlongArray};
+use jni_sys::{jboolean, jbyteArray, jint, jlong, jlongArray};
 
 use crate::jni::Env;
 use crate::{Thrown, entry};
@@ -35,87 +35,50 @@ fn io(error: std::io::Error) -> Thrown {
     }
 }
 
-/// `long openObjectStore(byte[] settings, byte[] bucket)`: a client for `bucket` from the
-/// `key\0value\0` pairs of the `state.changelog.dstl.s3.*` keys (an unknown key fails
-/// naming it); checks the credentials with one request.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_openObjectStore(
-    env: *mut JNIEnv,
-    _class: jclass,
-    settings: jbyteArray,
-    bucket: jbyteArray,
-) -> jlong {
-    entry(
-        env,
-        || "openObjectStore".into(),
-        0,
-        |env| {
+jni_entry_points! { "Native":
+    /// `long openObjectStore(byte[] settings, byte[] bucket)`: a client for `bucket` from the
+    /// `key\0value\0` pairs of the `state.changelog.dstl.s3.*` keys (an unknown key fails
+    /// naming it); checks the credentials with one request.
+    fn openObjectStore(env, _class, settings: jbyteArray, bucket: jbyteArray) -> jlong {
+        entry(env, OPERATION, 0, |env| {
             let config = crate::configuration(env, settings)?;
             let bucket = path(env, bucket)?;
             let store = S3Store::open_bucket(&config.s3(), &bucket)
                 .map_err(|e| Thrown::io(format!("dstl: {}", dstl::describe(&e))))?;
             Ok(Box::into_raw(Box::new(store)) as jlong)
-        },
-    )
-}
+        })
+    }
 
-/// `void closeObjectStore(long store)`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_closeObjectStore(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-) {
-    // From `openObjectStore`; the Java file system closes its handle once.
-    crate::free_boxed::<S3Store>(env, "closeObjectStore", handle)
-}
+    /// `void closeObjectStore(long store)`.
+    fn closeObjectStore(env, _class, handle: jlong) {
+        // From `openObjectStore`; the Java file system closes its handle once.
+        crate::free_boxed::<S3Store>(env, OPERATION, handle)
+    }
 
-/// `long[] objectStat(long store, byte[] path)`: `{size, modified ms}` of the object, or
-/// null if there is none.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_objectStat(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    object: jbyteArray,
-) -> jlongArray {
-    entry(
-        env,
-        || "objectStat".into(),
-        std::ptr::null_mut(),
-        |env| {
+    /// `long[] objectStat(long store, byte[] path)`: `{size, modified ms}` of the object, or
+    /// null if there is none.
+    fn objectStat(env, _class, handle: jlong, object: jbyteArray) -> jlongArray {
+        entry(env, OPERATION, std::ptr::null_mut(), |env| {
             let path = path(env, object)?;
             // SAFETY: live handle.
             Ok(match unsafe { store(handle) }.stat(&path).map_err(io)? {
                 Some(file) => env.new_longs(&[file.size as i64, millis(&file)]),
                 None => std::ptr::null_mut(),
             })
-        },
-    )
-}
+        })
+    }
 
-fn millis(file: &StoredFile) -> i64 {
-    file.modified
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// `byte[] objectRead(long store, byte[] path, long offset, int length)`: up to `length`
-/// bytes from `offset` (fewer at the end of the object; none past it).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_objectRead(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    object: jbyteArray,
-    offset: jlong,
-    length: jint,
-) -> jbyteArray {
-    entry(
+    /// `byte[] objectRead(long store, byte[] path, long offset, int length)`: up to `length`
+    /// bytes from `offset` (fewer at the end of the object; none past it).
+    fn objectRead(
         env,
-        || "objectRead".into(),
-        std::ptr::null_mut(),
-        |env| {
+        _class,
+        handle: jlong,
+        object: jbyteArray,
+        offset: jlong,
+        length: jint,
+    ) -> jbyteArray {
+        entry(env, OPERATION, std::ptr::null_mut(), |env| {
             let path = path(env, object)?;
             if offset < 0 || length < 0 {
                 return Err(Thrown::argument(format!(
@@ -128,24 +91,13 @@ pub extern "system" fn Java_io_dstl_flink_Native_objectRead(
             let end = start.saturating_add(length as u64);
             let bytes = dstl::Store::read_range(store, &path, start..end).map_err(io)?;
             Ok(env.new_bytes(&bytes))
-        },
-    )
-}
+        })
+    }
 
-/// `byte[] objectList(long store, byte[] path)`: the objects under `path/`, each as
-/// `int length, UTF-8 path, long size, long modified ms` (big-endian, `DataInput`'s).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_objectList(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    object: jbyteArray,
-) -> jbyteArray {
-    entry(
-        env,
-        || "objectList".into(),
-        std::ptr::null_mut(),
-        |env| {
+    /// `byte[] objectList(long store, byte[] path)`: the objects under `path/`, each as
+    /// `int length, UTF-8 path, long size, long modified ms` (big-endian, `DataInput`'s).
+    fn objectList(env, _class, handle: jlong, object: jbyteArray) -> jbyteArray {
+        entry(env, OPERATION, std::ptr::null_mut(), |env| {
             let path = path(env, object)?;
             // SAFETY: live handle.
             let files = unsafe { store(handle) }.list_under(&path).map_err(io)?;
@@ -157,48 +109,31 @@ pub extern "system" fn Java_io_dstl_flink_Native_objectList(
                 out.extend_from_slice(&millis(file).to_be_bytes());
             }
             Ok(env.new_bytes(&out))
-        },
-    )
-}
+        })
+    }
 
-/// `void objectDelete(long store, byte[] path)`: a missing object is no error.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_objectDelete(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    object: jbyteArray,
-) {
-    entry(
-        env,
-        || "objectDelete".into(),
-        (),
-        |env| {
+    /// `void objectDelete(long store, byte[] path)`: a missing object is no error.
+    fn objectDelete(env, _class, handle: jlong, object: jbyteArray) {
+        entry(env, OPERATION, (), |env| {
             let path = path(env, object)?;
             // SAFETY: live handle.
             dstl::Store::delete(unsafe { store(handle) }, &path).map_err(io)
-        },
-    )
-}
+        })
+    }
 
-/// `void objectPut(long store, byte[] path, byte[] data, int length, boolean overwrite)`:
-/// writes the first `length` bytes of `data` as the object, whole; without `overwrite`, an
-/// existing object fails with `java.nio.file.FileAlreadyExistsException`.
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_dstl_flink_Native_objectPut(
-    env: *mut JNIEnv,
-    _class: jclass,
-    handle: jlong,
-    object: jbyteArray,
-    data: jbyteArray,
-    length: jint,
-    overwrite: jboolean,
-) {
-    entry(
+    /// `void objectPut(long store, byte[] path, byte[] data, int length, boolean overwrite)`:
+    /// writes the first `length` bytes of `data` as the object, whole; without `overwrite`, an
+    /// existing object fails with `java.nio.file.FileAlreadyExistsException`.
+    fn objectPut(
         env,
-        || "objectPut".into(),
-        (),
-        |env| {
+        _class,
+        handle: jlong,
+        object: jbyteArray,
+        data: jbyteArray,
+        length: jint,
+        overwrite: jboolean,
+    ) {
+        entry(env, OPERATION, (), |env| {
             let path = path(env, object)?;
             // SAFETY: live handle.
             let store = unsafe { store(handle) };
@@ -207,6 +142,12 @@ pub extern "system" fn Java_io_dstl_flink_Native_objectPut(
                 store.put(&path, bytes, overwrite)
             })
             .map_err(io)
-        },
-    )
+        })
+    }
+}
+
+fn millis(file: &StoredFile) -> i64 {
+    file.modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
