@@ -172,8 +172,8 @@ impl GuestWriter for WriterResource {
             .unwrap_or_default()
     }
 
-    fn on_upload_failed(&self, task: u64, cause: String) -> Vec<wit::PersistCompletion> {
-        self.with(|wr, fx| Ok(wr.on_upload_failed(fx, task, &cause)))
+    fn on_upload_failed(&self, task: u64) -> Vec<wit::PersistCompletion> {
+        self.with(|wr, fx| Ok(wr.on_upload_failed(fx, task)))
             .map(to_wit_completions)
             .unwrap_or_default()
     }
@@ -184,8 +184,8 @@ impl WriterGuest for Component {
 }
 
 impl ErrorsGuest for Component {
-    fn describe(error: wit::WriterError) -> String {
-        from_wit_error(error).to_string()
+    fn describe(error: wit::WriterError, upload: Option<String>) -> String {
+        from_wit_error(error).describe(upload.as_deref())
     }
 }
 

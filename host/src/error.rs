@@ -15,13 +15,19 @@ pub enum Error {
     /// group outside the writer's range, ...), or a persist failed because an upload of
     /// its change sets failed; [`WriterError`] says which, and the message names the
     /// values.
-    #[error("writer {writer}: {source}")]
+    #[error("writer {writer}: {}", writer_words(source, upload))]
     Writer {
         /// The writer's name.
         writer: String,
         /// What the writer said.
-        #[source]
         source: WriterError,
+        /// Why the upload task failed that `source` cites as its cause
+        /// ([`WriterError::AlreadyFailed`]), while the writer remembers it (its most recent
+        /// failures): its words stand in the message where Flink's have the cause, and it
+        /// is this error's [`std::error::Error::source`] (the writer's error is in the
+        /// message already).
+        #[source]
+        upload: Option<crate::upload::UploadError>,
     },
     /// A persist failed because the upload of one of its change sets failed for good
     /// (after the retry policy's attempts), or the uploader refused it (the storage or
@@ -29,7 +35,7 @@ pub enum Error {
     /// error where there is one ([`crate::UploadError::io_error_kind`], e.g.
     /// `StorageFull` for a full disk). A later persist of the same range fails with
     /// [`WriterError::AlreadyFailed`].
-    #[error("writer {writer}: {failure}")]
+    #[error("writer {writer}: {}", upload_words(failure, source))]
     Upload {
         /// The writer's name.
         writer: String,
@@ -114,6 +120,19 @@ impl Error {
         }
     }
 
+    /// What a writer's error says after the writer's name (`writer NAME: ...`), in the
+    /// words every host prints: for [`Error::Writer`] and [`Error::Upload`], dstl-proto's
+    /// words with the uploader's in place of a failed task's id; `None` for the others.
+    pub fn writer_detail(&self) -> Option<String> {
+        match self {
+            Error::Writer { source, upload, .. } => Some(writer_words(source, upload)),
+            Error::Upload {
+                failure, source, ..
+            } => Some(upload_words(failure, source)),
+            _ => None,
+        }
+    }
+
     /// The writer error inside, if this is one.
     pub fn writer_error(&self) -> Option<&WriterError> {
         match self {
@@ -124,31 +143,29 @@ impl Error {
 
     /// What a writer's guest error means for its caller: an upload failure the writer
     /// reported keeps the uploader's typed cause (the refusal it carries, or `upload`:
-    /// the failure the host is delivering to the guest); any other is the writer's own
-    /// error.
+    /// why the failed task it names failed, if the host knows); any other is the writer's
+    /// own error, with `upload` the cause of an earlier failure it cites.
     pub(crate) fn from_guest(
         writer: &str,
         source: WriterError,
-        upload: Option<&crate::upload::UploadError>,
+        upload: Option<crate::upload::UploadError>,
     ) -> Self {
-        let cause = match (&source, upload) {
-            (WriterError::UploadFailed(UploadFailure::Refused(refused)), _) => {
-                Some(refused.refusal.into())
-            }
-            (WriterError::UploadFailed(UploadFailure::Failed(_)), Some(cause)) => {
-                Some(cause.clone())
-            }
-            _ => None,
-        };
-        match (source, cause) {
+        let writer = writer.to_string();
+        match (source, upload) {
+            (WriterError::UploadFailed(UploadFailure::Refused(refused)), _) => Error::Upload {
+                writer,
+                source: refused.refusal.into(),
+                failure: UploadFailure::Refused(refused),
+            },
             (WriterError::UploadFailed(failure), Some(source)) => Error::Upload {
-                writer: writer.to_string(),
+                writer,
                 failure,
                 source,
             },
-            (source, _) => Error::Writer {
-                writer: writer.to_string(),
+            (source, upload) => Error::Writer {
+                writer,
                 source,
+                upload,
             },
         }
     }
@@ -159,6 +176,7 @@ impl Error {
         Error::Writer {
             writer: writer.to_string(),
             source: WriterError::Closed(dstl_proto::error::Closed::Dropped),
+            upload: None,
         }
     }
 
@@ -193,4 +211,57 @@ pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+/// A writer's error in its words, with `upload` the uploader's for the failed task it cites.
+fn writer_words(source: &WriterError, upload: &Option<crate::upload::UploadError>) -> String {
+    source.describe(upload.as_ref().map(ToString::to_string).as_deref())
+}
+
+/// A failed upload in the writer's words, with the uploader's for a task that failed.
+fn upload_words(failure: &UploadFailure, source: &crate::upload::UploadError) -> String {
+    WriterError::UploadFailed(failure.clone()).describe(Some(&source.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use dstl_proto::error::{AlreadyFailed, FailedTask};
+
+    use super::*;
+    use crate::upload::UploadError;
+
+    /// A persist citing an earlier failed upload says why in the store's words, once: the
+    /// uploader's error is the cause in the chain, the writer's (with the task's id) is
+    /// not, so [`describe`] does not repeat the message.
+    #[test]
+    fn an_already_failed_persist_names_the_uploaders_cause_once() {
+        let error = Error::from_guest(
+            "w",
+            WriterError::AlreadyFailed(AlreadyFailed {
+                failed: 2,
+                cause: UploadFailure::Failed(FailedTask { task: 5 }),
+            }),
+            Some(UploadError::Abandoned),
+        );
+        let words = "The upload for 2 has already failed previously (cause: the changelog \
+                     storage was closed while the upload was still running; it was abandoned)";
+        assert_eq!(error.to_string(), format!("writer w: {words}"));
+        assert_eq!(error.writer_detail().as_deref(), Some(words));
+        let source = std::error::Error::source(&error).expect("the upload's error");
+        assert!(source.downcast_ref::<UploadError>().is_some(), "{source:?}");
+        assert_eq!(describe(&error), format!("writer w: {words}"));
+    }
+
+    /// Without the uploader's error (forgotten, or a guest naming a task that never
+    /// failed), the message names the task.
+    #[test]
+    fn a_failed_task_the_host_does_not_know_is_named_by_its_id() {
+        let error = Error::from_guest(
+            "w",
+            WriterError::UploadFailed(UploadFailure::Failed(FailedTask { task: 5 })),
+            None,
+        );
+        assert_eq!(error.to_string(), "writer w: upload task 5 failed");
+        assert!(std::error::Error::source(&error).is_none());
+    }
 }

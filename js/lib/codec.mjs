@@ -123,11 +123,13 @@ export class ComponentCodec {
    * The words of a writer error (`errors.describe`: dstl-proto's `error` module, what
    * every host prints), without the writer's name.
    * @param {import('./errors.mjs').WriterErrorValue} error the WIT `writer-error` value
+   * @param {string | undefined} upload the host's words for the failed upload task the
+   *   error names ({@link import('./errors.mjs').failedTask}), if it knows them
    * @returns {string}
    * @throws {CodecTrap}
    */
-  describeError(error) {
-    return this.#call('describe', (root) => root.errors.describe(error));
+  describeError(error, upload) {
+    return this.#call('describe', (root) => root.errors.describe(error, upload));
   }
 
   /**

@@ -46,6 +46,16 @@ export function isWriterErrorValue(value) {
   );
 }
 
+/**
+ * The upload task whose failure a {@link WriterErrorValue} reports (`upload-failed`) or
+ * cites as its cause (`already-failed`), as a BigInt; undefined for any other error. Why
+ * it failed is the host's to say (the guest names the task only).
+ */
+export function failedTask(error) {
+  const failure = error.tag === 'upload-failed' ? error.val : error.tag === 'already-failed' ? error.val.cause : undefined;
+  return failure?.tag === 'failed' ? BigInt(failure.val.task) : undefined;
+}
+
 /** A typed value as text for a message, BigInts and typed arrays included. */
 function valueText(value) {
   return JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : ArrayBuffer.isView(v) ? Array.from(v, String) : v));
@@ -63,7 +73,7 @@ function valueText(value) {
  *   val: {keyGroup, range: {start, end}}}`, `{tag: 'value-too-long', val: 5n}`, ...;
  *   `upload-failed` (and `already-failed`'s `cause`) → `{tag: 'refused', val:
  *   {changeSets, refusal}}`, `{tag: 'no-result', val: {task, changeSets}}` or `{tag:
- *   'failed', val: 'the uploader's words'}`. `error.value` is the whole WIT value,
+ *   'failed', val: {task}}` (why is the host's: its words are in `detail`). `error.value` is the whole WIT value,
  *   `{tag: kind, val: fields}`.
  * - `detail`: the error's words, from the component's `errors.describe` (dstl-proto's
  *   `error` module, the words every host prints), without the writer's name.
@@ -73,13 +83,15 @@ export class WriterError extends DstlError {
   /**
    * @param {string} writer the writer's name
    * @param {WriterErrorValue} error the typed WIT value
-   * @param {{describeError(error: WriterErrorValue): string}} describer the component's
-   *   `errors.describe` (a {@link import('./codec.mjs').ComponentCodec})
+   * @param {{describeError(error: WriterErrorValue, upload?: string): string}} describer
+   *   the component's `errors.describe` (a {@link import('./codec.mjs').ComponentCodec})
+   * @param {string} [upload] the host's words for the failed upload task the error names
+   *   ({@link failedTask}), where it knows them
    */
-  constructor(writer, error, describer) {
+  constructor(writer, error, describer, upload) {
     let detail;
     try {
-      detail = describer.describeError(error);
+      detail = describer.describeError(error, upload);
     } catch (e) {
       // Only a broken component gets here: keep the typed value, say describe failed.
       detail = `${error.tag} ${valueText(error.val)} (the component could not describe it: ${e?.message ?? e})`;

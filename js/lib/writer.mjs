@@ -15,7 +15,7 @@
 //   the caller references are released, and every later call fails with the same error.
 
 import { META_KEY_GROUP } from './reader.mjs';
-import { InvalidArgumentError, isWriterErrorValue, TrappedError, WriterError } from './errors.mjs';
+import { failedTask, InvalidArgumentError, isWriterErrorValue, TrappedError, WriterError } from './errors.mjs';
 import { bytes, describe, I32_MAX, i32, s64, u64 } from './args.mjs';
 import { IMPORT_KEYS } from './component.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
@@ -33,6 +33,12 @@ function budget(b) {
 
 /** The WIT `writer-error` of a writer the host dropped (before a call, or before a persist completed). */
 const DROPPED = Object.freeze({ tag: 'closed', val: Object.freeze({ tag: 'dropped' }) });
+/**
+ * Failed upload tasks whose words a writer keeps for the errors naming them (as the Rust
+ * host's `UploadFailures`): failures are rare, and an error naming an older one still
+ * names its task.
+ */
+const UPLOAD_FAILURES_KEPT = 64;
 
 /** Packed columns of buffered appends, as many as a fresh `budget` allows. */
 class Batch {
@@ -104,6 +110,8 @@ export class Writer {
    */
   #held = null;
   #mailbox = [];
+  /** `[task, words]` of this writer's most recent failed upload tasks, oldest first. */
+  #uploadFailures = [];
   #busy = false;
   #fault = null;
   /** What the guest holds (the `holdings` of the component's ownership rules). */
@@ -566,7 +574,9 @@ export class Writer {
    * own, which may be gone or trapped).
    */
   #writerError(error) {
-    return new WriterError(this.name, error, this.#storage.codec);
+    const task = failedTask(error);
+    const upload = task === undefined ? undefined : this.#uploadFailures.find(([t]) => t === task)?.[1];
+    return new WriterError(this.name, error, this.#storage.codec, upload);
   }
 
   /**
@@ -623,7 +633,10 @@ export class Writer {
             this.#holdings.add(letter.results);
             this.#resolve(live.resource.onUploadSucceeded(letter.task, letter.results));
           } else {
-            this.#resolve(live.resource.onUploadFailed(letter.task, letter.cause));
+            // Why is the host's: kept for the errors that name the task.
+            this.#uploadFailures.push([BigInt(letter.task), String(letter.cause)]);
+            if (this.#uploadFailures.length > UPLOAD_FAILURES_KEPT) this.#uploadFailures.shift();
+            this.#resolve(live.resource.onUploadFailed(letter.task));
           }
         });
       } catch {

@@ -6,7 +6,9 @@
 //! this crate asks the component for them (`errors.describe`).
 //!
 //! The writer's name is no part of these errors: a host names the writer around them
-//! (`writer W: ...`).
+//! (`writer W: ...`). Nor are the uploader's words for a failed upload: an upload task
+//! that failed is named by its id ([`UploadFailure::Failed`]), the host keeps why it
+//! failed, and [`WriterError::describe`] puts those words where Flink's message has them.
 
 use crate::types::{CheckpointId, KeyGroupRange, SequenceNumber};
 
@@ -58,6 +60,41 @@ impl WriterError {
             WriterError::UploadFailed(_) => "upload-failed",
         }
     }
+
+    /// The upload task whose failure this error reports or cites as its cause, if any:
+    /// the host's words for it belong in the message ([`WriterError::describe`]).
+    pub fn failed_task(&self) -> Option<u64> {
+        match self {
+            WriterError::UploadFailed(UploadFailure::Failed(failed))
+            | WriterError::AlreadyFailed(AlreadyFailed {
+                cause: UploadFailure::Failed(failed),
+                ..
+            }) => Some(failed.task),
+            _ => None,
+        }
+    }
+
+    /// The error's words, with `upload` the host's words for the failed upload task it
+    /// names ([`WriterError::failed_task`]): in place of the task's id, the attempts and
+    /// the store's last error. Without them, or for any other error, its `Display`.
+    pub fn describe(&self, upload: Option<&str>) -> String {
+        match (self, upload) {
+            (WriterError::UploadFailed(UploadFailure::Failed(_)), Some(words)) => words.into(),
+            (
+                WriterError::AlreadyFailed(AlreadyFailed {
+                    failed,
+                    cause: UploadFailure::Failed(_),
+                }),
+                Some(words),
+            ) => already_failed(*failed, words),
+            _ => self.to_string(),
+        }
+    }
+}
+
+/// Flink's words for a persist of a range whose upload failed earlier.
+fn already_failed(failed: SequenceNumber, cause: impl std::fmt::Display) -> String {
+    format!("The upload for {failed} has already failed previously (cause: {cause})")
 }
 
 /// A writer call, as an error names it.
@@ -143,7 +180,7 @@ pub struct NotYetAppended {
 
 /// A persist whose range holds a change set whose upload failed earlier, in Flink's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("The upload for {failed} has already failed previously (cause: {cause})")]
+#[error("{}", already_failed(*failed, cause))]
 pub struct AlreadyFailed {
     /// The highest sequence number whose upload failed.
     pub failed: SequenceNumber,
@@ -275,10 +312,19 @@ pub enum UploadFailure {
     /// change sets (a host that lies): they count as failed.
     #[error("{0}")]
     NoResult(NoResult),
-    /// The uploader accepted the task and it failed for good, in the uploader's words
-    /// (the attempts and the store's last error, or how the storage's close ended it).
+    /// The uploader accepted the task and it failed for good. Why (the attempts and the
+    /// store's last error, or how the storage's close ended it) is the uploader's to say:
+    /// the host keeps it under the task's id ([`WriterError::describe`]).
     #[error("{0}")]
-    Failed(String),
+    Failed(FailedTask),
+}
+
+/// An upload task the uploader accepted that failed for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("upload task {task} failed")]
+pub struct FailedTask {
+    /// The task's id (what the writer scheduled it under).
+    pub task: u64,
 }
 
 /// Change sets whose task the uploader did not accept.
@@ -309,6 +355,8 @@ mod tests {
     /// shared scenarios check these words through both hosts.
     #[test]
     fn every_case_has_its_words() {
+        use InvalidArgument as A;
+        let arg = WriterError::InvalidArgument;
         let range = KeyGroupRange { start: 0, end: 9 };
         let refused = UploadFailure::Refused(Refused {
             change_sets: vec![0, 1],
@@ -370,50 +418,41 @@ mod tests {
                 "Invalid confirm range: [0,3), active sqn: 1",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::NegativeKeyGroup(-3)),
+                arg(A::NegativeKeyGroup(-3)),
                 "key group -3 is negative; metadata changes go through append-meta",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::NegativeBatchKeyGroup(-2)),
+                arg(A::NegativeBatchKeyGroup(-2)),
                 "key group -2 in packed batch is negative (only -1, metadata, is allowed)",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::OutsideRange(OutsideRange {
+                arg(A::OutsideRange(OutsideRange {
                     key_group: 10,
                     range,
                 })),
                 "key group 10 is outside the writer's key-group range [0, 9]",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::ValueTooLong(1 << 31)),
+                arg(A::ValueTooLong(1 << 31)),
                 "value of 2147483648 bytes exceeds the format's limit of 2147483647 bytes",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::BatchColumns(BatchColumns {
+                arg(A::BatchColumns(BatchColumns {
                     key_groups: 2,
                     lengths: 1,
                 })),
                 "packed batch has 2 key groups but 1 lengths",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
-                    total: 3,
-                    data: 2,
-                })),
+                arg(A::BatchLengths(BatchLengths { total: 3, data: 2 })),
                 "packed batch lengths add up to 3 bytes but data holds 2",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::TruncateBeyond(TruncateBeyond {
-                    to: 2,
-                    active: 1,
-                })),
+                arg(A::TruncateBeyond(TruncateBeyond { to: 2, active: 1 })),
                 "Cannot truncate to 2: it is beyond the active sequence number 1",
             ),
             (
-                WriterError::InvalidArgument(InvalidArgument::KeyGroupRange(KeyGroupRange {
-                    start: 6,
-                    end: 5,
-                })),
+                arg(A::KeyGroupRange(KeyGroupRange { start: 6, end: 5 })),
                 "invalid key-group range [6, 5]: need 0 <= start <= end",
             ),
             (
@@ -444,12 +483,47 @@ mod tests {
                 "the upload of task 2 returned no result for change sets [1]",
             ),
             (
-                WriterError::UploadFailed(UploadFailure::Failed("disk full".into())),
-                "disk full",
+                WriterError::UploadFailed(UploadFailure::Failed(FailedTask { task: 4 })),
+                "upload task 4 failed",
             ),
         ];
         for (error, words) in cases {
             assert_eq!(error.to_string(), words, "{error:?}");
+            assert_eq!(error.describe(None), words, "{error:?}");
+        }
+    }
+
+    /// A failed upload task is described in the host's words, also where an error cites
+    /// it as the cause; an error that names no failed task ignores them.
+    #[test]
+    fn a_failed_task_is_described_in_the_hosts_words() {
+        let failed = UploadFailure::Failed(FailedTask { task: 4 });
+        let cases = [
+            (
+                WriterError::UploadFailed(failed.clone()),
+                Some(4),
+                "disk full",
+            ),
+            (
+                WriterError::AlreadyFailed(AlreadyFailed {
+                    failed: 2,
+                    cause: failed,
+                }),
+                Some(4),
+                "The upload for 2 has already failed previously (cause: disk full)",
+            ),
+            (
+                WriterError::Truncated(Truncated {
+                    requested: 0,
+                    truncated: 1,
+                }),
+                None,
+                "Requested changes were truncated (requested: 0, truncated: 1)",
+            ),
+        ];
+        for (error, task, words) in cases {
+            assert_eq!(error.failed_task(), task, "{error:?}");
+            assert_eq!(error.describe(Some("disk full")), words, "{error:?}");
         }
     }
 }

@@ -156,12 +156,12 @@ impl HandOff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{AlreadyFailed, InvalidArgument, InvalidRange, UploadFailure};
+    use crate::error::{AlreadyFailed, FailedTask, InvalidArgument, InvalidRange, UploadFailure};
 
     fn already_failed() -> WriterError {
         WriterError::AlreadyFailed(AlreadyFailed {
             failed: 0,
-            cause: UploadFailure::Failed("refused".into()),
+            cause: UploadFailure::Failed(FailedTask { task: 0 }),
         })
     }
 
@@ -253,7 +253,7 @@ mod tests {
         })));
         assert_eq!(h.open_bytes(), 50);
         h.persisted(Some(&WriterError::UploadFailed(UploadFailure::Failed(
-            "disk".into(),
+            FailedTask { task: 1 },
         ))));
         assert_eq!(h.open_bytes(), 0);
         h.append(50);

@@ -7,48 +7,46 @@
 /// `dstl_proto::types` and the generated types of the WIT `types` interface, which must
 /// be in scope as the module `$wit`: stream handles, key-group ranges, writer
 /// configurations, upload results, changelog handles, snapshot results, writer errors,
-/// the uploader's refusals,
-/// persist replies and persist completions. A side uses the directions it needs.
+/// the uploader's refusals, persist replies and persist completions. Each is written once,
+/// for both directions (the two sides have the same names and fields); a side uses the
+/// directions it needs.
 #[macro_export]
 macro_rules! wit_conversions {
     ($wit:ident) => {
+        #[allow(unused_imports)]
+        use $crate::wit::domain as __dstl_domain;
+        $crate::wit_conversions!(@direction $wit => __dstl_domain:
+            from_wit_stream from_wit_range from_wit_config from_wit_result from_wit_handle
+            from_wit_snapshot from_wit_error from_wit_refusal from_wit_reply
+            from_wit_completions);
+        $crate::wit_conversions!(@direction __dstl_domain => $wit:
+            to_wit_stream to_wit_range to_wit_config to_wit_result to_wit_handle
+            to_wit_snapshot to_wit_error to_wit_refusal to_wit_reply to_wit_completions);
+    };
+    (@direction $f:ident => $t:ident:
+        $stream:ident $range:ident $config:ident $result:ident $handle:ident
+        $snapshot:ident $error:ident $refusal:ident $reply:ident $completions:ident) => {
         #[allow(dead_code)]
-        pub(crate) fn from_wit_stream(h: $wit::StreamHandle) -> $crate::types::StreamHandle {
-            $crate::types::StreamHandle {
+        pub(crate) fn $stream(h: $f::StreamHandle) -> $t::StreamHandle {
+            $t::StreamHandle {
                 path: h.path,
                 file_size: h.file_size,
             }
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_stream(h: $crate::types::StreamHandle) -> $wit::StreamHandle {
-            $wit::StreamHandle {
-                path: h.path,
-                file_size: h.file_size,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_range(r: $wit::KeyGroupRange) -> $crate::types::KeyGroupRange {
-            $crate::types::KeyGroupRange {
+        pub(crate) fn $range(r: $f::KeyGroupRange) -> $t::KeyGroupRange {
+            $t::KeyGroupRange {
                 start: r.start,
                 end: r.end,
             }
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_range(r: $crate::types::KeyGroupRange) -> $wit::KeyGroupRange {
-            $wit::KeyGroupRange {
-                start: r.start,
-                end: r.end,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_config(c: $wit::WriterConfig) -> $crate::types::WriterConfig {
-            $crate::types::WriterConfig {
+        pub(crate) fn $config(c: $f::WriterConfig) -> $t::WriterConfig {
+            $t::WriterConfig {
                 name: c.name,
-                key_group_range: from_wit_range(c.key_group_range),
+                key_group_range: $range(c.key_group_range),
                 preemptive_persist_threshold: c.preemptive_persist_threshold,
                 local_recovery: c.local_recovery,
                 value_pieces: c.value_pieces,
@@ -56,24 +54,13 @@ macro_rules! wit_conversions {
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_config(c: $crate::types::WriterConfig) -> $wit::WriterConfig {
-            $wit::WriterConfig {
-                name: c.name,
-                key_group_range: to_wit_range(c.key_group_range),
-                preemptive_persist_threshold: c.preemptive_persist_threshold,
-                local_recovery: c.local_recovery,
-                value_pieces: c.value_pieces,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_result(r: $wit::UploadResult) -> $crate::types::UploadResult {
-            $crate::types::UploadResult {
+        pub(crate) fn $result(r: $f::UploadResult) -> $t::UploadResult {
+            $t::UploadResult {
                 sequence_number: r.sequence_number,
-                remote: from_wit_stream(r.remote),
+                remote: $stream(r.remote),
                 offset: r.offset,
-                local: r.local.map(|l| $crate::types::LocalCopy {
-                    handle: from_wit_stream(l.handle),
+                local: r.local.map(|l| $t::LocalCopy {
+                    handle: $stream(l.handle),
                     offset: l.offset,
                 }),
                 size: r.size,
@@ -81,32 +68,18 @@ macro_rules! wit_conversions {
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_result(r: $crate::types::UploadResult) -> $wit::UploadResult {
-            $wit::UploadResult {
-                sequence_number: r.sequence_number,
-                remote: to_wit_stream(r.remote),
-                offset: r.offset,
-                local: r.local.map(|l| $wit::LocalCopy {
-                    handle: to_wit_stream(l.handle),
-                    offset: l.offset,
-                }),
-                size: r.size,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_handle(h: $wit::ChangelogHandle) -> $crate::types::ChangelogHandle {
-            $crate::types::ChangelogHandle {
+        pub(crate) fn $handle(h: $f::ChangelogHandle) -> $t::ChangelogHandle {
+            $t::ChangelogHandle {
                 entries: h
                     .entries
                     .into_iter()
-                    .map(|e| $crate::types::HandleEntry {
-                        handle: from_wit_stream(e.handle),
+                    .map(|e| $t::HandleEntry {
+                        handle: $stream(e.handle),
                         offset: e.offset,
                         size: e.size,
                     })
                     .collect(),
-                key_group_range: from_wit_range(h.key_group_range),
+                key_group_range: $range(h.key_group_range),
                 state_size: h.state_size,
                 incremental_size: h.incremental_size,
                 storage_id: h.storage_id,
@@ -114,120 +87,49 @@ macro_rules! wit_conversions {
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_handle(h: $crate::types::ChangelogHandle) -> $wit::ChangelogHandle {
-            $wit::ChangelogHandle {
-                entries: h
-                    .entries
-                    .into_iter()
-                    .map(|e| $wit::HandleEntry {
-                        handle: to_wit_stream(e.handle),
-                        offset: e.offset,
-                        size: e.size,
-                    })
-                    .collect(),
-                key_group_range: to_wit_range(h.key_group_range),
-                state_size: h.state_size,
-                incremental_size: h.incremental_size,
-                storage_id: h.storage_id,
+        pub(crate) fn $snapshot(s: $f::SnapshotResult) -> $t::SnapshotResult {
+            $t::SnapshotResult {
+                remote: $handle(s.remote),
+                local: s.local.map($handle),
             }
         }
 
         #[allow(dead_code)]
-        pub(crate) fn from_wit_snapshot(s: $wit::SnapshotResult) -> $crate::types::SnapshotResult {
-            $crate::types::SnapshotResult {
-                remote: from_wit_handle(s.remote),
-                local: s.local.map(from_wit_handle),
-            }
+        pub(crate) fn $error(e: $f::WriterError) -> $t::WriterError {
+            $crate::map_writer_error!(e, $f => $t)
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_snapshot(s: $crate::types::SnapshotResult) -> $wit::SnapshotResult {
-            $wit::SnapshotResult {
-                remote: to_wit_handle(s.remote),
-                local: s.local.map(to_wit_handle),
-            }
+        pub(crate) fn $refusal(r: $f::Refusal) -> $t::Refusal {
+            $crate::map_refusal!(r, $f => $t)
         }
 
         #[allow(dead_code)]
-        pub(crate) fn from_wit_error(e: $wit::WriterError) -> $crate::types::WriterError {
-            use $crate::wit::domain as D;
-            use $wit as W;
-            $crate::map_writer_error!(e, W => D)
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn to_wit_error(e: $crate::types::WriterError) -> $wit::WriterError {
-            use $crate::wit::domain as D;
-            use $wit as W;
-            $crate::map_writer_error!(e, D => W)
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_refusal(r: $wit::Refusal) -> $crate::error::Refusal {
-            use $crate::wit::domain as D;
-            use $wit as W;
-            $crate::map_refusal!(r, W => D)
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn to_wit_refusal(r: $crate::error::Refusal) -> $wit::Refusal {
-            use $crate::wit::domain as D;
-            use $wit as W;
-            $crate::map_refusal!(r, D => W)
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_reply(r: $wit::PersistReply) -> $crate::types::PersistReply {
+        pub(crate) fn $reply(r: $f::PersistReply) -> $t::PersistReply {
             match r {
-                $wit::PersistReply::Ready(s) => {
-                    $crate::types::PersistReply::Ready(from_wit_snapshot(s))
-                }
-                $wit::PersistReply::Pending(t) => $crate::types::PersistReply::Pending(t),
+                $f::PersistReply::Ready(s) => $t::PersistReply::Ready($snapshot(s)),
+                $f::PersistReply::Pending(ticket) => $t::PersistReply::Pending(ticket),
             }
         }
 
         #[allow(dead_code)]
-        pub(crate) fn to_wit_reply(r: $crate::types::PersistReply) -> $wit::PersistReply {
-            match r {
-                $crate::types::PersistReply::Ready(s) => {
-                    $wit::PersistReply::Ready(to_wit_snapshot(s))
-                }
-                $crate::types::PersistReply::Pending(t) => $wit::PersistReply::Pending(t),
-            }
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn from_wit_completions(
-            list: Vec<$wit::PersistCompletion>,
-        ) -> Vec<$crate::types::PersistCompletion> {
+        pub(crate) fn $completions(list: Vec<$f::PersistCompletion>) -> Vec<$t::PersistCompletion> {
             list.into_iter()
-                .map(|c| $crate::types::PersistCompletion {
+                .map(|c| $t::PersistCompletion {
                     ticket: c.ticket,
-                    outcome: c.outcome.map(from_wit_snapshot).map_err(from_wit_error),
-                })
-                .collect()
-        }
-
-        #[allow(dead_code)]
-        pub(crate) fn to_wit_completions(
-            list: Vec<$crate::types::PersistCompletion>,
-        ) -> Vec<$wit::PersistCompletion> {
-            list.into_iter()
-                .map(|c| $wit::PersistCompletion {
-                    ticket: c.ticket,
-                    outcome: c.outcome.map(to_wit_snapshot).map_err(to_wit_error),
+                    outcome: c.outcome.map($snapshot).map_err($error),
                 })
                 .collect()
         }
     };
 }
 
-/// The domain's names for the types of the WIT `writer-error`, gathered in one module as
-/// the generated bindings have them, so `map_writer_error!` names both sides alike.
+/// The domain's types gathered in one module as the generated bindings have them, so a
+/// conversion names both sides alike.
 #[doc(hidden)]
 pub mod domain {
     pub use crate::error::*;
-    pub use crate::types::KeyGroupRange;
+    pub use crate::types::*;
 }
 
 /// Maps writer error `$e` from module `$f`'s types to module `$t`'s, which have the same
@@ -283,7 +185,9 @@ macro_rules! map_writer_error {
                 $t::WriterError::InvalidRange($t::InvalidRange { start, end, active })
             }
             $f::WriterError::InvalidArgument(a) => $t::WriterError::InvalidArgument(match a {
-                $f::InvalidArgument::NegativeKeyGroup(k) => $t::InvalidArgument::NegativeKeyGroup(k),
+                $f::InvalidArgument::NegativeKeyGroup(k) => {
+                    $t::InvalidArgument::NegativeKeyGroup(k)
+                }
                 $f::InvalidArgument::NegativeBatchKeyGroup(k) => {
                     $t::InvalidArgument::NegativeBatchKeyGroup(k)
                 }
@@ -339,7 +243,9 @@ macro_rules! map_upload_failure {
             $f::UploadFailure::NoResult($f::NoResult { task, change_sets }) => {
                 $t::UploadFailure::NoResult($t::NoResult { task, change_sets })
             }
-            $f::UploadFailure::Failed(text) => $t::UploadFailure::Failed(text),
+            $f::UploadFailure::Failed($f::FailedTask { task }) => {
+                $t::UploadFailure::Failed($t::FailedTask { task })
+            }
         }
     };
 }

@@ -659,18 +659,14 @@ impl Writer {
         completions
     }
 
-    /// Mailbox: task `task` failed for good. Returns the persists it fails.
-    pub fn on_upload_failed(
-        &mut self,
-        fx: &mut impl Effects,
-        task: u64,
-        cause: &str,
-    ) -> Vec<PersistCompletion> {
+    /// Mailbox: task `task` failed for good (why is the host's to say: the errors name
+    /// the task). Returns the persists it fails.
+    pub fn on_upload_failed(&mut self, fx: &mut impl Effects, task: u64) -> Vec<PersistCompletion> {
         let Some(in_flight) = self.in_flight.remove(&task) else {
             fx.log(
                 Level::Warn,
                 &format!(
-                    "writer {}: failure for unknown upload task {task}: {cause}",
+                    "writer {}: failure for unknown upload task {task}",
                     self.config.name
                 ),
             );
@@ -679,18 +675,18 @@ impl Writer {
         if self.closed {
             return Vec::new();
         }
-        // Debug: the uploader has reported the failure (every writer of a failed batch
-        // would echo it here, once per writer).
+        // Debug: the uploader has logged the failure and its cause (every writer of a
+        // failed batch would echo it here, once per writer).
         fx.log(
             Level::Debug,
             &format!(
-                "writer {}: upload of change sets {:?} failed: {cause}",
+                "writer {}: upload task {task} of change sets {:?} failed",
                 self.config.name, in_flight.sequence_numbers
             ),
         );
         self.record_failure(
             &in_flight.sequence_numbers,
-            &UploadFailure::Failed(cause.to_string()),
+            &UploadFailure::Failed(FailedTask { task }),
         )
     }
 

@@ -271,8 +271,8 @@ fn int_field(step: &Map<String, Value>, key: &str) -> Result<i64> {
 fn describe_error(error: &Error) -> (String, String, String) {
     let display = error.to_string();
     let (kind, detail) = match error {
-        Error::Writer { source, .. } => (source.kind(), source.to_string()),
-        Error::Upload { failure, .. } => ("upload-failed", failure.to_string()),
+        Error::Writer { source, .. } => (source.kind(), error.writer_detail().unwrap()),
+        Error::Upload { .. } => ("upload-failed", error.writer_detail().unwrap()),
         Error::Trapped { cause, .. } => ("trapped", cause.clone()),
         Error::InvalidArgument(m) => ("host-invalid-argument", m.clone()),
         Error::StorageClosed { .. } => ("storage-closed", error.to_string()),
@@ -683,28 +683,14 @@ impl Run {
     fn check_snapshot(&self, name: &str, expect: &Map<String, Value>) -> Result<()> {
         let snapshot = self.snapshot(name)?;
         let remote = &snapshot.remote;
-        let uint = |key: &str| expect.get(key).and_then(Value::as_u64);
-        if let Some(want) = uint("entries") {
-            ensure!(
-                remote.entries.len() as u64 == want,
-                "{} entries, expected {want}",
-                remote.entries.len()
-            );
-        }
-        if let Some(want) = uint("state_size") {
-            ensure!(
-                remote.state_size == want,
-                "state size {}, expected {want}",
-                remote.state_size
-            );
-        }
-        if let Some(want) = uint("incremental_size") {
-            ensure!(
-                remote.incremental_size == want,
-                "incremental size {}, expected {want}",
-                remote.incremental_size
-            );
-        }
+        expect_u64(expect, "entries", remote.entries.len() as u64, "entries")?;
+        expect_u64(expect, "state_size", remote.state_size, "state size")?;
+        expect_u64(
+            expect,
+            "incremental_size",
+            remote.incremental_size,
+            "incremental size",
+        )?;
         if let Some(want) = expect.get("storage_id").and_then(Value::as_str) {
             ensure!(
                 remote.storage_id == want,
@@ -766,13 +752,12 @@ impl Run {
             .iter()
             .map(|e| e.handle.path.as_str())
             .collect();
-        if let Some(want) = uint("distinct_files") {
-            ensure!(
-                files.len() as u64 == want,
-                "{} distinct files, expected {want}",
-                files.len()
-            );
-        }
+        expect_u64(
+            expect,
+            "distinct_files",
+            files.len() as u64,
+            "distinct files",
+        )?;
         if let Some(other) = expect.get("same_file").and_then(Value::as_str) {
             files.extend(
                 self.snapshot(other)?
@@ -794,28 +779,16 @@ impl Run {
         storage.wait_idle();
         let metrics = storage.metrics();
         let uint = |key: &str| step.get(key).and_then(Value::as_u64);
-        if let Some(want) = uint("uploads") {
-            ensure!(
-                metrics.upload_requests == want,
-                "{} upload attempts, expected {want}",
-                metrics.upload_requests
-            );
-        }
-        if let Some(want) = uint("upload_failures") {
-            ensure!(
-                metrics.upload_failures == want,
-                "{} failed attempts, expected {want}",
-                metrics.upload_failures
-            );
-        }
+        expect_u64(step, "uploads", metrics.upload_requests, "upload attempts")?;
+        expect_u64(
+            step,
+            "upload_failures",
+            metrics.upload_failures,
+            "failed attempts",
+        )?;
         let files = path_strings(&changelog_files(&self.config.job_dir()));
-        if let Some(want) = uint("files") {
-            ensure!(
-                files.len() as u64 == want,
-                "{} files in the job directory, expected {want}: {files:?}",
-                files.len()
-            );
-        }
+        let what = format!("files in the job directory {files:?}");
+        expect_u64(step, "files", files.len() as u64, &what)?;
         if let Some(names) = step.get("files_are").and_then(Value::as_array) {
             let mut expected = BTreeSet::new();
             for name in names {
@@ -865,6 +838,15 @@ impl Run {
         }
         Ok(())
     }
+}
+
+/// If `expect` has a number at `key`, `actual` (`what` names it in the error) is that
+/// number.
+fn expect_u64(expect: &Map<String, Value>, key: &str, actual: u64, what: &str) -> Result<()> {
+    if let Some(want) = expect.get(key).and_then(Value::as_u64) {
+        ensure!(actual == want, "{what}: {actual}, expected {want}");
+    }
+    Ok(())
 }
 
 fn run(scenario: &Map<String, Value>) -> Result<()> {

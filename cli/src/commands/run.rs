@@ -250,15 +250,10 @@ fn failure(error: &anyhow::Error, files: &str, disposition: &Disposition) -> any
 
 /// Whether `error` comes from a full disk: an I/O error of kind `StorageFull` (ENOSPC)
 /// anywhere in its chain, including the typed cause of an upload failure
-/// ([`dstl::UploadError::io_error_kind`]) and of a setup failure (the lease, the job
-/// directory); or, for a persist refused because an earlier upload of its range failed
-/// (`WriterError::AlreadyFailed`, whose cause crossed the writer's sandbox as text), that
-/// text naming the error as Rust writes an OS error: `(os error 28)`.
+/// ([`dstl::UploadError::io_error_kind`]), also where a persist cites an earlier one
+/// (`WriterError::AlreadyFailed`), and of a setup failure (the lease, the job directory).
 fn is_disk_full(error: &anyhow::Error) -> bool {
-    let code = format!("(os error {})", libc::ENOSPC);
-    error
-        .chain()
-        .any(|cause| storage_full(cause) || cause.to_string().contains(&code))
+    error.chain().any(storage_full)
 }
 
 fn storage_full(error: &(dyn std::error::Error + 'static)) -> bool {
@@ -272,9 +267,13 @@ fn storage_full(error: &(dyn std::error::Error + 'static)) -> bool {
             return true;
         }
         match cause.downcast_ref::<dstl::Error>() {
-            Some(dstl::Error::Upload { source, .. }) if source.io_error_kind() == Some(full) => {
-                return true;
-            }
+            Some(
+                dstl::Error::Upload { source, .. }
+                | dstl::Error::Writer {
+                    upload: Some(source),
+                    ..
+                },
+            ) if source.io_error_kind() == Some(full) => return true,
             Some(setup) if setup.setup_cause().is_some_and(|c| storage_full(c)) => return true,
             _ => {}
         }

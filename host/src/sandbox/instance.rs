@@ -246,10 +246,10 @@ impl Instance {
                     let results: Vec<_> = results.into_iter().map(to_wit_result).collect();
                     api.call_on_upload_succeeded(store, r, task, &results)?
                 }
-                UploadOutcome::Failed { task, error } => {
-                    // The WIT boundary: the guest gets the uploader's words; the
-                    // typed error stays here for the persists this fails.
-                    api.call_on_upload_failed(&mut *store, r, task, &error.to_string())?
+                // Why is the host's: the writer keeps the typed error for the errors
+                // naming the task (`writer::UploadFailures`).
+                UploadOutcome::Failed { task, .. } => {
+                    api.call_on_upload_failed(&mut *store, r, task)?
                 }
             };
             Ok(Ok(completions))

@@ -37,8 +37,9 @@ pub(crate) trait OutcomeSink: Send + Sync {
 }
 
 /// Why an upload task failed: persists whose change sets were in the task fail with
-/// [`crate::Error::Upload`] carrying it (the writer's guest receives a refusal typed, any
-/// other failure in these words).
+/// [`crate::Error::Upload`] carrying it, and a later persist of their range with
+/// [`crate::Error::Writer`] citing it (the writer's guest knows only which task failed,
+/// or the refusal, typed).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum UploadError {

@@ -11,7 +11,7 @@ use dstl_proto::handoff::HandOff;
 use dstl_proto::types::{SnapshotResult, WriterConfig, WriterError};
 
 use super::buffer::AppendBuffer;
-use super::persist::Tickets;
+use super::persist::{Tickets, UploadFailures};
 use crate::error::Error;
 use crate::registry::WriterId;
 use crate::sandbox::{Call, Instance, Trap};
@@ -50,6 +50,8 @@ pub(crate) struct WriterState {
 /// The host's side of a writer's state.
 pub(crate) struct Bookkeeping {
     pub tickets: Tickets,
+    /// Why this writer's failed upload tasks failed, for the errors that name them.
+    pub failures: UploadFailures,
     /// Appends not yet handed to the guest (see [`super::Writer::append`]).
     pub buffer: AppendBuffer,
     /// When the buffer goes to the guest: exactly when an append reaches the pre-emptive
@@ -80,6 +82,7 @@ impl WriterCore {
                 failure: None,
                 book: Bookkeeping {
                     tickets: Tickets::new(metrics.clone()),
+                    failures: UploadFailures::default(),
                     buffer: AppendBuffer::default(),
                     hand_off,
                     closed: false,
@@ -156,6 +159,7 @@ impl WriterCore {
         Error::Writer {
             writer: self.name.clone(),
             source,
+            upload: None,
         }
     }
 
@@ -180,7 +184,10 @@ impl WriterCore {
         match outcome {
             None => Err(self.trapped_error(state)),
             Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(e))) => Err(Error::from_guest(&self.name, e, None)),
+            Some(Ok(Err(e))) => {
+                let upload = book.failures.cause_of(&e);
+                Err(Error::from_guest(&self.name, e, upload))
+            }
             Some(Err(trap)) => {
                 self.poison(state, trap);
                 Err(self.trapped_error(state))

@@ -56,15 +56,14 @@ impl WriterCore {
                 }
                 continue;
             }
-            let failure = match &outcome {
-                UploadOutcome::Failed { error, .. } => Some(error.clone()),
-                UploadOutcome::Succeeded { .. } => None,
-            };
+            if let UploadOutcome::Failed { task, error } = &outcome {
+                state.book.failures.record(*task, error.clone());
+            }
             // A trap is handled by `invoke` (the writer is poisoned, its persists fail).
             let _ = self.invoke(state, |instance, book| {
                 let completions = instance.deliver(outcome)?;
                 book.tickets
-                    .resolve(&self.name, completions, failure.as_ref(), &|snapshot| {
+                    .resolve(&self.name, completions, &book.failures, &|snapshot| {
                         self.acknowledge(snapshot)
                     });
                 Ok(Ok(()))

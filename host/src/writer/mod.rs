@@ -347,9 +347,10 @@ impl Writer {
                 Err(e) => return Ok(Err(e)),
             };
             book.closed = true;
-            book.tickets.resolve(name, completions, None, &|snapshot| {
-                core.acknowledge(snapshot)
-            });
+            book.tickets
+                .resolve(name, completions, &book.failures, &|snapshot| {
+                    core.acknowledge(snapshot)
+                });
             instance.release_unreturned();
             Ok(Ok(()))
         })

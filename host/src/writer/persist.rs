@@ -1,13 +1,13 @@
 //! Persists as futures: [`PersistFuture`] for the caller, and the tickets the writer keeps
 //! to complete them when the guest reports a pending persist finished.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use dstl_proto::types::{PersistCompletion, SnapshotResult};
+use dstl_proto::types::{PersistCompletion, SnapshotResult, WriterError};
 use tokio::sync::oneshot;
 
 use crate::error::Error;
@@ -40,14 +40,14 @@ impl Tickets {
         PersistFuture::waiting(writer.to_string(), rx)
     }
 
-    /// Completes the persists the guest finished; those that failed because of `upload`
-    /// (the failure the guest was just told of) fail with its typed cause, and a snapshot
-    /// that `acknowledge` refuses fails with its error.
+    /// Completes the persists the guest finished; those that failed because an upload
+    /// failed fail with its typed cause (from `failures`), and a snapshot that
+    /// `acknowledge` refuses fails with its error.
     pub fn resolve(
         &mut self,
         writer: &str,
         completions: Vec<PersistCompletion>,
-        upload: Option<&UploadError>,
+        failures: &UploadFailures,
         acknowledge: &dyn Fn(&SnapshotResult) -> Result<(), Error>,
     ) {
         for completion in completions {
@@ -61,7 +61,10 @@ impl Tickets {
             };
             let outcome = completion
                 .outcome
-                .map_err(|source| Error::from_guest(writer, source, upload))
+                .map_err(|source| {
+                    let upload = failures.cause_of(&source);
+                    Error::from_guest(writer, source, upload)
+                })
                 .and_then(|snapshot| acknowledge(&snapshot).map(|()| snapshot));
             match &outcome {
                 Ok(_) => self.metrics.persist_succeeded(started),
@@ -83,6 +86,33 @@ impl Tickets {
     /// Forgets every pending persist: their futures see the writer dropped.
     pub fn clear(&mut self) {
         self.pending.clear();
+    }
+}
+
+/// Why this writer's upload tasks failed, by task: the guest's errors name a failed task
+/// (`UploadFailure::Failed`), and the uploader's typed error is the host's. The most
+/// recent [`UploadFailures::KEPT`] are kept: failures are rare, and an error naming an
+/// older one still names its task.
+#[derive(Default)]
+pub(crate) struct UploadFailures(VecDeque<(u64, UploadError)>);
+
+impl UploadFailures {
+    /// Failures kept.
+    const KEPT: usize = 64;
+
+    /// Task `task` failed with `error`.
+    pub fn record(&mut self, task: u64, error: UploadError) {
+        if self.0.len() == Self::KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back((task, error));
+    }
+
+    /// Why the failed task `error` names failed, if it is among those kept.
+    pub fn cause_of(&self, error: &WriterError) -> Option<UploadError> {
+        let task = error.failed_task()?;
+        let (_, cause) = self.0.iter().rev().find(|(t, _)| *t == task)?;
+        Some(cause.clone())
     }
 }
 

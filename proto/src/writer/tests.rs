@@ -320,9 +320,9 @@ fn upload_all(w: &mut Writer, fx: &mut Fake) -> Vec<PersistCompletion> {
     completions
 }
 
-fn fail(w: &mut Writer, fx: &mut Fake, id: u64, cause: &str) -> Vec<PersistCompletion> {
+fn fail(w: &mut Writer, fx: &mut Fake, id: u64) -> Vec<PersistCompletion> {
     assert!(fx.finished.insert(id), "task {id} already has an outcome");
-    w.on_upload_failed(fx, id, cause)
+    w.on_upload_failed(fx, id)
 }
 
 fn batch_lengths(total: u64, data: u64) -> WriterError {
@@ -847,18 +847,16 @@ fn test_persist_failure() {
     let mut fx = Fake::default();
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     let ticket = pending(w.persist(&mut fx, sqn, 1));
-    let completions = fail(&mut w, &mut fx, 0, "test");
+    let completions = fail(&mut w, &mut fx, 0);
     assert_eq!(
         outcome(&completions, ticket),
         Err(WriterError::UploadFailed(UploadFailure::Failed(
-            "test".into()
+            FailedTask { task: 0 }
         )))
     );
     // At debug level: the uploader reported the failure already.
-    assert!(
-        fx.logs.iter().any(|(level, m)| *level == Level::Debug
-            && m.contains("upload of change sets [0] failed: test"))
-    );
+    assert!(fx.logs.iter().any(|(level, m)| *level == Level::Debug
+        && m.contains("upload task 0 of change sets [0] failed")));
 }
 
 #[test]
@@ -867,13 +865,13 @@ fn test_persist_failed_changes() {
     let mut fx = Fake::default();
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     w.persist(&mut fx, sqn, 1).unwrap();
-    fail(&mut w, &mut fx, 0, "test");
+    fail(&mut w, &mut fx, 0);
     let err = w.persist(&mut fx, sqn, 2).unwrap_err();
     assert_eq!(
         err,
         WriterError::AlreadyFailed(AlreadyFailed {
             failed: 0,
-            cause: UploadFailure::Failed("test".into()),
+            cause: UploadFailure::Failed(FailedTask { task: 0 }),
         })
     );
     assert_eq!(fx.scheduled.len(), 1, "nothing is re-uploaded");
@@ -886,7 +884,7 @@ fn test_persist_non_failed_changes() {
     let payload = bytes(10, 0);
     let sqn1 = append(&mut w, &mut fx, &payload);
     w.persist(&mut fx, sqn1, 1).unwrap();
-    fail(&mut w, &mut fx, 0, "test");
+    fail(&mut w, &mut fx, 0);
     let sqn2 = append(&mut w, &mut fx, &payload);
     assert_eq!(sqn2, 1);
     let ticket = pending(w.persist(&mut fx, sqn2, 2));
@@ -1079,11 +1077,11 @@ fn persist_check_order_already_failed_before_truncated() {
     w.append(&mut fx, KG, b"b").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1));
     assert_eq!(fx.scheduled_sqns(), vec![vec![0, 1]]);
-    let completions = fail(&mut w, &mut fx, 0, "boom");
+    let completions = fail(&mut w, &mut fx, 0);
     assert_eq!(
         outcome(&completions, ticket),
         Err(WriterError::UploadFailed(UploadFailure::Failed(
-            "boom".into()
+            FailedTask { task: 0 }
         )))
     );
     w.truncate(&mut fx, 1).unwrap();
@@ -1091,7 +1089,7 @@ fn persist_check_order_already_failed_before_truncated() {
     // the failure check comes first.
     let expected = WriterError::AlreadyFailed(AlreadyFailed {
         failed: 1,
-        cause: UploadFailure::Failed("boom".into()),
+        cause: UploadFailure::Failed(FailedTask { task: 0 }),
     });
     assert_eq!(w.persist(&mut fx, 0, 2), Err(expected.clone()));
     assert_eq!(w.persist(&mut fx, 1, 2), Err(expected));
@@ -1491,7 +1489,7 @@ fn close_fails_every_pending_persist() {
     // Late outcomes complete nothing more.
     assert!(upload(&mut w, &mut fx, 0).is_empty());
     assert!(upload(&mut w, &mut fx, 1).is_empty());
-    assert!(fail(&mut w, &mut fx, 2, "late").is_empty());
+    assert!(fail(&mut w, &mut fx, 2).is_empty());
 }
 
 #[test]
@@ -1536,7 +1534,7 @@ fn failure_after_close_is_ignored() {
     pending(w.persist(&mut fx, 0, 1));
     w.close(&mut fx).unwrap();
     let warnings_before = fx.warnings().len();
-    assert!(fail(&mut w, &mut fx, 0, "late").is_empty());
+    assert!(fail(&mut w, &mut fx, 0).is_empty());
     assert_eq!(fx.warnings().len(), warnings_before);
 }
 
@@ -1735,18 +1733,18 @@ fn upload_failure_fails_all_overlapping_persists() {
     let t2 = pending(w.persist(&mut fx, 0, 2));
     w.append(&mut fx, KG, b"b").unwrap();
     let t3 = pending(w.persist(&mut fx, 1, 3)); // task 1: [1], unaffected
-    let completions = fail(&mut w, &mut fx, 0, "io");
+    let completions = fail(&mut w, &mut fx, 0);
     assert_eq!(completions.len(), 2);
     assert_eq!(
         outcome(&completions, t1),
         Err(WriterError::UploadFailed(UploadFailure::Failed(
-            "io".into()
+            FailedTask { task: 0 }
         )))
     );
     assert_eq!(
         outcome(&completions, t2),
         Err(WriterError::UploadFailed(UploadFailure::Failed(
-            "io".into()
+            FailedTask { task: 0 }
         )))
     );
     let completions = upload(&mut w, &mut fx, 1);
@@ -1760,11 +1758,11 @@ fn failure_below_truncation_is_not_remembered() {
     w.append(&mut fx, KG, b"a").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1));
     w.truncate(&mut fx, 1).unwrap();
-    let completions = fail(&mut w, &mut fx, 0, "io");
+    let completions = fail(&mut w, &mut fx, 0);
     assert_eq!(
         outcome(&completions, ticket),
         Err(WriterError::UploadFailed(UploadFailure::Failed(
-            "io".into()
+            FailedTask { task: 0 }
         )))
     );
     w.append(&mut fx, KG, b"b").unwrap();
@@ -1789,10 +1787,10 @@ fn unknown_task_outcomes_are_released_and_logged() {
         fx.warnings()
             .contains(&"writer op: success for unknown upload task 42; releasing its files")
     );
-    assert!(w.on_upload_failed(&mut fx, 43, "gone").is_empty());
+    assert!(w.on_upload_failed(&mut fx, 43).is_empty());
     assert!(
         fx.warnings()
-            .contains(&"writer op: failure for unknown upload task 43: gone")
+            .contains(&"writer op: failure for unknown upload task 43")
     );
 
     // The real task still completes; a duplicate outcome afterwards is unknown too.
@@ -1803,7 +1801,7 @@ fn unknown_task_outcomes_are_released_and_logged() {
         fx.warnings()
             .contains(&"writer op: success for unknown upload task 0; releasing its files")
     );
-    assert!(w.on_upload_failed(&mut fx, 0, "dup").is_empty());
+    assert!(w.on_upload_failed(&mut fx, 0).is_empty());
     // The duplicate failure did not poison the sqn.
     ready(w.persist(&mut fx, 0, 2));
 }

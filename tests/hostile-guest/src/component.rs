@@ -41,9 +41,10 @@ fn handle(path: &str) -> w::StreamHandle {
     }
 }
 
-/// A command this guest cannot run: the one error case that carries text.
+/// A command this guest cannot run, a bug of the test that sent it: the guest panics, so
+/// the writer traps with the message (no writer error carries text).
 fn invalid(message: String) -> w::WriterError {
-    w::WriterError::UploadFailed(w::UploadFailure::Failed(message))
+    panic!("hostile guest: {message}")
 }
 
 impl Hostile {
@@ -171,7 +172,7 @@ impl Hostile {
 }
 
 impl ErrorsGuest for Component {
-    fn describe(error: w::WriterError) -> String {
+    fn describe(error: w::WriterError, _upload: Option<String>) -> String {
         format!("{error:?}")
     }
 }
@@ -263,7 +264,7 @@ impl GuestWriter for Hostile {
         Vec::new()
     }
 
-    fn on_upload_failed(&self, _task: u64, _cause: String) -> Vec<w::PersistCompletion> {
+    fn on_upload_failed(&self, _task: u64) -> Vec<w::PersistCompletion> {
         Vec::new()
     }
 }
