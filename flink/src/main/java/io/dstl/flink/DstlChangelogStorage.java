@@ -217,7 +217,7 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
             storage.free();
         }
         for (Pending p : pending.values()) {
-            p.future.completeExceptionally(new IOException("dstl: the changelog storage was closed"));
+            p.future().completeExceptionally(new IOException("dstl: the changelog storage was closed"));
         }
         pending.clear();
         if (reader != null) {
@@ -387,9 +387,9 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
                 complete(p, Completion.decode(bytes));
             } catch (Throwable t) {
                 // The outcome was taken out of `pending`: its future must not stay pending.
-                LOG.error("dstl: cannot deliver the outcome of a persist of writer {}", p.writer, t);
-                p.future.completeExceptionally(new IOException(
-                        "dstl: writer " + p.writer + ": the outcome of its persist cannot be read: " + t, t));
+                LOG.error("dstl: cannot deliver the outcome of a persist of writer {}", p.writer(), t);
+                p.future().completeExceptionally(new IOException(
+                        "dstl: writer " + p.writer() + ": the outcome of its persist cannot be read: " + t, t));
             }
         }
     }
@@ -398,15 +398,15 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         Runnable finish;
         if (completion.failure != null) {
             IOException error = new IOException(completion.failure);
-            finish = () -> p.future.completeExceptionally(error);
+            finish = () -> p.future().completeExceptionally(error);
         } else {
             SnapshotResult<ChangelogStateHandleStreamImpl> result =
-                    completion.snapshot(p.range, localRecoveryEnabled(), handleScheme());
-            finish = () -> p.future.complete(result);
+                    completion.snapshot(p.range(), localRecoveryEnabled(), handleScheme());
+            finish = () -> p.future().complete(result);
         }
         try {
             // As Flink's writer: futures complete on the task thread, between records.
-            p.mailbox.execute(finish::run, "dstl persist of %s completed", p.writer);
+            p.mailbox().execute(finish::run, "dstl persist of %s completed", p.writer());
         } catch (RejectedExecutionException | IllegalStateException e) {
             // The task is shutting down and takes no more mail (a closed mailbox): complete
             // here instead, so no future is left pending.
@@ -415,21 +415,9 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
     }
 
     /** A persist waiting for its outcome. */
-    private static final class Pending {
-        final CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future;
-        final MailboxExecutor mailbox;
-        final KeyGroupRange range;
-        final String writer;
-
-        Pending(
-                CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future,
-                MailboxExecutor mailbox,
-                KeyGroupRange range,
-                String writer) {
-            this.future = future;
-            this.mailbox = mailbox;
-            this.range = range;
-            this.writer = writer;
-        }
-    }
+    private record Pending(
+            CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future,
+            MailboxExecutor mailbox,
+            KeyGroupRange range,
+            String writer) {}
 }

@@ -95,14 +95,18 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         this.data = ByteBuffer.allocateDirect(DATA_CAPACITY);
         this.budget = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
         this.handle =
-                nativeStorage.createWriter(
-                        name.getBytes(StandardCharsets.UTF_8),
-                        range.getStartKeyGroup(),
-                        range.getEndKeyGroup(),
-                        keyGroups,
-                        lengths,
-                        data,
-                        budget);
+                nativeStorage.open(
+                        "createWriter",
+                        h ->
+                                Native.createWriter(
+                                        h,
+                                        name.getBytes(StandardCharsets.UTF_8),
+                                        range.getStartKeyGroup(),
+                                        range.getEndKeyGroup(),
+                                        keyGroups,
+                                        lengths,
+                                        data,
+                                        budget));
         readBudget();
         try {
             this.closeSignal = Native.closeSignal(handle);
@@ -250,28 +254,32 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
 
     @Override
     public void confirm(SequenceNumber from, SequenceNumber to, long checkpointId) {
-        synchronized (this) {
-            if (handle == 0) {
-                return; // Closed: the files of returned snapshots stay tracked until the storage closes.
-            }
-            try {
-                flush();
-                Native.confirm(handle, number(from), number(to), checkpointId);
-            } catch (IOException e) {
-                throw new IllegalStateException(e.getMessage(), e);
-            }
-        }
+        unlessClosed(h -> Native.confirm(h, number(from), number(to), checkpointId));
     }
 
     @Override
     public void reset(SequenceNumber from, SequenceNumber to, long checkpointId) {
+        unlessClosed(h -> Native.reset(h, number(from), number(to), checkpointId));
+    }
+
+    /** A native call on the writer's handle that returns nothing. */
+    @FunctionalInterface
+    private interface Call {
+        void run(long handle) throws IOException;
+    }
+
+    /**
+     * Flushes and runs {@code call} on the open writer; nothing once it is closed: the files of
+     * returned snapshots stay tracked until the storage closes.
+     */
+    private void unlessClosed(Call call) {
         synchronized (this) {
             if (handle == 0) {
                 return;
             }
             try {
                 flush();
-                Native.reset(handle, number(from), number(to), checkpointId);
+                call.run(handle);
             } catch (IOException e) {
                 throw new IllegalStateException(e.getMessage(), e);
             }

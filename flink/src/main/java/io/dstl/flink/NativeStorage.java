@@ -1,7 +1,6 @@
 package io.dstl.flink;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 
 /**
@@ -55,20 +54,6 @@ final class NativeStorage {
         } finally {
             lock.readLock().unlock();
         }
-    }
-
-    long createWriter(
-            byte[] name,
-            int start,
-            int end,
-            ByteBuffer keyGroups,
-            ByteBuffer lengths,
-            ByteBuffer data,
-            ByteBuffer budget)
-            throws IOException {
-        return open(
-                "createWriter",
-                h -> Native.createWriter(h, name, start, end, keyGroups, lengths, data, budget));
     }
 
     /** Whether uploads are accepted without blocking; true once closing (nothing waits any more). */
