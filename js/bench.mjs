@@ -105,52 +105,48 @@ async function measure(seconds, sample) {
 const seconds = options.quick ? 0.3 : 3;
 const results = {};
 
-async function benchAppend(dir) {
+/** `measure` of `sample(session)` on a writer of its own, closed with its storage afterwards. */
+async function measureSession(dir, name, sample) {
   const storage = await openStorage(dir);
-  const session = new Session(storage, 'bench-append');
+  const session = new Session(storage, name);
+  const r = await measure(seconds, () => sample(session));
+  session.writer.close();
+  await storage.close();
+  return r;
+}
+
+async function benchAppend(dir) {
   const values = Array.from({ length: KEY_GROUPS }, (_, i) => value(i));
   const n = options.quick ? 10_000 : APPENDS_PER_CHECKPOINT;
-  const r = await measure(seconds, async () => {
+  return measureSession(dir, 'bench-append', async (session) => {
     const start = performance.now();
     for (let i = 0; i < n; i++) session.writer.append(i % KEY_GROUPS, values[i % KEY_GROUPS]);
     const ms = performance.now() - start;
     await session.checkpoint();
     return [ms, n];
   });
-  session.writer.close();
-  await storage.close();
-  return r;
 }
 
 async function benchAppendBatch(dir) {
-  const storage = await openStorage(dir);
-  const session = new Session(storage, 'bench-append-batch');
   const { keyGroups, lengths, data } = packed(BATCH);
   const rounds = (options.quick ? 10_000 : APPENDS_PER_CHECKPOINT) / BATCH;
-  const r = await measure(seconds, async () => {
+  return measureSession(dir, 'bench-append-batch', async (session) => {
     const start = performance.now();
     for (let i = 0; i < rounds; i++) session.writer.appendBatch(keyGroups, lengths, data);
     const ms = performance.now() - start;
     await session.checkpoint();
     return [ms, rounds * BATCH];
   });
-  session.writer.close();
-  await storage.close();
-  return r;
 }
 
 async function benchPersist(dir) {
-  const storage = await openStorage(dir);
-  const session = new Session(storage, 'bench-persist');
   const { keyGroups, lengths, data } = packed(BATCH);
-  const r = await measure(seconds, async () => {
+  const r = await measureSession(dir, 'bench-persist', async (session) => {
     session.writer.appendBatch(keyGroups, lengths, data);
     const start = performance.now();
     await session.checkpoint();
     return [performance.now() - start, 1];
   });
-  session.writer.close();
-  await storage.close();
   return { best_ms: r.best_ns / 1e6, median_ms: r.median_ns / 1e6, samples: r.samples };
 }
 

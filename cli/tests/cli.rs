@@ -618,12 +618,7 @@ fn inspect_a_file_a_manifest_refers_to() {
 fn inspect_golden_file_with_values() {
     let golden = golden_dir().join("plain");
     let manifest = load_json(&golden.join("manifest.json"));
-    let snapshot = manifest["snapshots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "w0-cp1")
-        .unwrap();
+    let snapshot = golden_snapshot(&manifest, "w0-cp1");
     let handle = &snapshot["handles"][0];
     let file = golden.join(handle["path"].as_str().unwrap());
     let offset = handle["offset"].as_u64().unwrap();
@@ -649,25 +644,31 @@ fn inspect_golden_file_with_values() {
     assert_eq!(values, expected.lines().collect::<Vec<_>>(), "{out}");
 }
 
+/// `dstl inspect` of the file `name` in `dir`, holding `bytes` (`None`: there is no such
+/// file), fails naming the file.
+fn inspect_fails_naming_the_file(dir: &Path, name: &str, bytes: Option<&[u8]>) {
+    let file = dir.join(name);
+    if let Some(bytes) = bytes {
+        std::fs::write(&file, bytes).unwrap();
+    }
+    let (_, stderr) = fails(dir, &["inspect", s(&file)]);
+    assert!(
+        stderr.contains(s(&file)),
+        "{name}: stderr names the file: {stderr}"
+    );
+}
+
 #[test]
 fn inspect_garbage_fails_naming_the_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[u8]); 4] = [
-        ("text", b"this is not a changelog file\n"),
-        ("empty", b""),
-        ("bad-snappy", b"\x01not a snappy stream at all"),
-        ("missing", b""),
+    let cases: [(&str, Option<&[u8]>); 4] = [
+        ("text", Some(b"this is not a changelog file\n")),
+        ("empty", Some(b"")),
+        ("bad-snappy", Some(b"\x01not a snappy stream at all")),
+        ("missing", None),
     ];
     for (name, bytes) in cases {
-        let file = tmp.path().join(name);
-        if name != "missing" {
-            std::fs::write(&file, bytes).unwrap();
-        }
-        let (_, stderr) = fails(tmp.path(), &["inspect", s(&file)]);
-        assert!(
-            stderr.contains(s(&file)),
-            "{name}: stderr names the file: {stderr}"
-        );
+        inspect_fails_naming_the_file(tmp.path(), name, bytes);
     }
 }
 
@@ -679,14 +680,18 @@ fn inspect_corrupt_change_set_names_the_file() {
         ("negative-groups", &b"\x00\xff\xff\xff\xff"[..]),
         ("truncated", &b"\x00\x00\x00\x00\x01\x00\x00"[..]),
     ] {
-        let file = tmp.path().join(name);
-        std::fs::write(&file, bytes).unwrap();
-        let (_, stderr) = fails(tmp.path(), &["inspect", s(&file)]);
-        assert!(
-            stderr.contains(s(&file)),
-            "{name}: stderr names the file: {stderr}"
-        );
+        inspect_fails_naming_the_file(tmp.path(), name, Some(bytes));
     }
+}
+
+/// The snapshot called `name` in a golden set's `manifest.json`.
+fn golden_snapshot<'a>(golden: &'a Value, name: &str) -> &'a Value {
+    golden["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in the golden manifest"))
 }
 
 /// A contract-3 manifest for a golden snapshot, with absolute paths into `golden/`.
@@ -716,22 +721,34 @@ fn golden_manifest(set_dir: &Path, snapshot: &Value) -> Value {
     })
 }
 
+/// Writes the manifest of a golden snapshot of the set in `set_dir` to `manifest`, and
+/// checks that `dstl read --digest` reads back the count and digest the golden files
+/// record (`what` names the snapshot in failures); returns the digest.
+fn read_golden_digest(set_dir: &Path, snapshot: &Value, manifest: &Path, what: &str) -> String {
+    std::fs::write(manifest, golden_manifest(set_dir, snapshot).to_string()).unwrap();
+    let cwd = manifest.parent().unwrap();
+    let (n, h) = parse_digest(&ok(cwd, &["read", "--digest", s(manifest)]));
+    assert_eq!(
+        n as u64,
+        snapshot["expectedCount"].as_u64().unwrap(),
+        "{what}"
+    );
+    assert_eq!(
+        h,
+        snapshot["expectedTotalSha256"].as_str().unwrap(),
+        "{what}"
+    );
+    h
+}
+
 #[test]
 fn read_golden_plain_w0_cp2() {
     let set_dir = golden_dir().join("plain");
     let golden = load_json(&set_dir.join("manifest.json"));
-    let snapshot = golden["snapshots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "w0-cp2")
-        .expect("w0-cp2 in the golden manifest");
+    let snapshot = golden_snapshot(&golden, "w0-cp2");
     let tmp = tempfile::tempdir().unwrap();
     let manifest = tmp.path().join("w0-cp2.json");
-    std::fs::write(&manifest, golden_manifest(&set_dir, snapshot).to_string()).unwrap();
-    let (n, h) = parse_digest(&ok(tmp.path(), &["read", "--digest", s(&manifest)]));
-    assert_eq!(n as u64, snapshot["expectedCount"].as_u64().unwrap());
-    assert_eq!(h, snapshot["expectedTotalSha256"].as_str().unwrap());
+    read_golden_digest(&set_dir, snapshot, &manifest, "plain w0-cp2");
 }
 
 #[test]
@@ -744,18 +761,7 @@ fn read_every_golden_snapshot() {
         for snapshot in golden["snapshots"].as_array().unwrap() {
             let name = snapshot["name"].as_str().unwrap();
             let manifest = tmp.path().join(format!("{set}-{name}.json"));
-            std::fs::write(&manifest, golden_manifest(&set_dir, snapshot).to_string()).unwrap();
-            let (n, h) = parse_digest(&ok(tmp.path(), &["read", "--digest", s(&manifest)]));
-            assert_eq!(
-                n as u64,
-                snapshot["expectedCount"].as_u64().unwrap(),
-                "{set} {name}"
-            );
-            assert_eq!(
-                h,
-                snapshot["expectedTotalSha256"].as_str().unwrap(),
-                "{set} {name}"
-            );
+            let h = read_golden_digest(&set_dir, snapshot, &manifest, &format!("{set} {name}"));
             let out = ok(tmp.path(), &["read", s(&manifest)]);
             assert_eq!(digest(&parse_read(&out)), h, "{set} {name}");
             if golden["expectedFormat"] == "hex" {

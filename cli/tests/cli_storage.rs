@@ -14,13 +14,32 @@ fn dstl(dir: &Path, args: &[&str]) -> Output {
     support::command(dir).args(args).output().unwrap()
 }
 
-/// `--conf` arguments that point the CLI at `server`.
-fn conf_args(server: &seaweed::Seaweed) -> Vec<String> {
-    server
+/// `dstl args` in `dir`, with `--conf` arguments that point it at `server`.
+fn dstl_s3(dir: &Path, server: &seaweed::Seaweed, args: &[&str]) -> Output {
+    let conf: Vec<String> = server
         .conf()
         .into_iter()
         .flat_map(|c| ["--conf".to_string(), c])
-        .collect()
+        .collect();
+    let mut args = args.to_vec();
+    args.extend(conf.iter().map(String::as_str));
+    dstl(dir, &args)
+}
+
+/// `dstl run` of 2 writers and 20000 changes in `dir` against the store at `url` on
+/// `server`, with `extra` arguments.
+fn run_s3(dir: &Path, server: &seaweed::Seaweed, url: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--store",
+        url,
+        "--writers",
+        "2",
+        "--changes",
+        "20000",
+    ];
+    args.extend(extra);
+    dstl_s3(dir, server, &args)
 }
 
 fn stdout(output: &Output) -> String {
@@ -32,27 +51,40 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
+/// The stderr of a `dstl` that must have failed.
+fn failure(output: &Output) -> String {
+    assert!(!output.status.success(), "dstl succeeded: {output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `dstl gc --manifests MANIFESTS EXTRA --delete --grace 0s` in `dir`: deletes what it
+/// judges unreferenced, however young.
+fn gc_delete_now(dir: &Path, manifests: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["gc", "--manifests", manifests];
+    args.extend(extra);
+    args.extend(["--delete", "--grace", "0s"]);
+    dstl(dir, &args)
+}
+
+/// Sets the modification time of `file` two hours back: older than gc's default grace
+/// period.
+fn backdate(file: &Path) {
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}
+
 #[test]
 fn run_and_read_against_an_s3_store() {
     let server = seaweed::Seaweed::start("clirun");
     let tmp = tempfile::tempdir().unwrap();
     let url = format!("s3://{}/jobs", server.bucket);
-    let conf = conf_args(&server);
-    let mut args = vec![
-        "run",
-        "--store",
-        &url,
-        "--writers",
-        "2",
-        "--changes",
-        "20000",
-        "--manifests",
-        "m",
-        "--json",
-    ];
-    args.extend(conf.iter().map(String::as_str));
-    let summary: serde_json::Value =
-        serde_json::from_str(stdout(&dstl(tmp.path(), &args)).trim()).unwrap();
+    let out = run_s3(tmp.path(), &server, &url, &["--manifests", "m", "--json"]);
+    let summary: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(summary["verified"], true);
     assert!(
         summary["dir"]
@@ -69,9 +101,11 @@ fn run_and_read_against_an_s3_store() {
             .unwrap()
             .starts_with("s3://clirun/jobs/")
     );
-    let mut read = vec!["read", "m/op-0.json", "--digest"];
-    read.extend(conf.iter().map(String::as_str));
-    let digest = stdout(&dstl(tmp.path(), &read));
+    let digest = stdout(&dstl_s3(
+        tmp.path(),
+        &server,
+        &["read", "m/op-0.json", "--digest"],
+    ));
     assert!(digest.starts_with("changes=10000 sha256="), "{digest}");
 }
 
@@ -84,27 +118,13 @@ fn a_run_that_is_not_kept_removes_its_objects() {
     let server = seaweed::Seaweed::start("clidel");
     let tmp = tempfile::tempdir().unwrap();
     let url = format!("s3://{}/jobs", server.bucket);
-    let conf = conf_args(&server);
     let objects = || {
         dstl::S3Store::open(&server.settings(), &server.bucket, "jobs", "")
             .unwrap()
             .list()
             .unwrap()
     };
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "run",
-            "--store",
-            &url,
-            "--writers",
-            "2",
-            "--changes",
-            "20000",
-        ];
-        args.extend(extra);
-        args.extend(conf.iter().map(String::as_str));
-        dstl(tmp.path(), &args)
-    };
+    let run = |extra: &[&str]| run_s3(tmp.path(), &server, &url, extra);
     let summary: serde_json::Value =
         serde_json::from_str(stdout(&run(&["--json"])).trim()).unwrap();
     assert_eq!(summary["verified"], true, "{summary}");
@@ -135,9 +155,7 @@ fn a_run_that_is_not_kept_removes_its_objects() {
     );
     let kept = objects();
     assert!(!kept.is_empty());
-    let out = run(&["--conf", &job_conf]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = failure(&run(&["--conf", &job_conf]));
     assert!(
         stderr.contains(&format!("s3://clidel/jobs/{job} already holds"))
             && stderr.contains("--keep"),
@@ -155,8 +173,7 @@ fn a_bad_configuration_file_is_rejected_naming_the_key() {
     )
     .unwrap();
     let out = dstl(tmp.path(), &["run", "--config", "dstl.toml", "--json"]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = failure(&out);
     assert!(stderr.contains("dstl.toml"), "{stderr}");
     assert!(
         stderr.contains("`dstl.dfs.upload.timeout`")
@@ -227,13 +244,7 @@ fn gc_lists_and_deletes_only_old_unreferenced_files() {
     let staging = dir.join(".11111111-1111-1111-1111-111111111111.7.tmp");
     for f in [&orphan, &staging] {
         std::fs::write(f, b"\x00").unwrap();
-        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-        std::fs::File::options()
-            .write(true)
-            .open(f)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        backdate(f);
     }
     let before: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -264,9 +275,8 @@ fn gc_lists_and_deletes_only_old_unreferenced_files() {
     }
     // A broken manifest stops collection instead of deleting with half the picture.
     std::fs::write(tmp.path().join("m/broken.json"), b"{").unwrap();
-    let out = dstl(tmp.path(), &["gc", "--manifests", "m", "--delete"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"));
+    let stderr = failure(&dstl(tmp.path(), &["gc", "--manifests", "m", "--delete"]));
+    assert!(stderr.contains("broken.json"), "{stderr}");
 }
 
 /// Runs `dstl run` for job `job` into `./dstl-data`, its manifests into `manifests`.
@@ -310,43 +320,25 @@ fn gc_of_one_job_leaves_another_job_in_the_same_base_alone() {
         run_job(tmp.path(), job, manifests);
     }
     let base = tmp.path().join("dstl-data");
-    let digests = |manifests: &str| -> Vec<String> {
-        ["op-0", "op-1"]
-            .iter()
-            .map(|w| {
-                stdout(&dstl(
-                    tmp.path(),
-                    &["read", &format!("{manifests}/{w}.json"), "--digest"],
-                ))
-            })
-            .collect()
-    };
-    let before = [digests("ma"), digests("mb")];
+    let both_digests = || [digests(tmp.path(), "ma"), digests(tmp.path(), "mb")];
+    let before = both_digests();
     for (n, (job, manifests)) in jobs.iter().enumerate() {
         let (other, _) = &jobs[1 - n];
-        let other_files = files_of(&base.join(other).join("dstl"));
-        let other_local = files_of(&base.join("local").join(format!("jid_{other}/taskowned")));
+        let other_dir = base.join(other).join("dstl");
+        let other_local_dir = base.join("local").join(format!("jid_{other}/taskowned"));
+        let other_files = files_of(&other_dir);
+        let other_local = files_of(&other_local_dir);
         assert!(!other_files.is_empty() && !other_local.is_empty());
-        let out = stdout(&dstl(
-            tmp.path(),
-            &["gc", "--manifests", manifests, "--delete", "--grace", "0s"],
-        ));
+        let out = stdout(&gc_delete_now(tmp.path(), manifests, &[]));
         assert!(out.contains(&format!("jobs collected: {job}")), "{out}");
         assert!(
             out.contains("jobs skipped") && out.contains(other.as_str()),
             "{out}"
         );
-        assert_eq!(
-            files_of(&base.join(other).join("dstl")),
-            other_files,
-            "{out}"
-        );
-        assert_eq!(
-            files_of(&base.join("local").join(format!("jid_{other}/taskowned"))),
-            other_local
-        );
+        assert_eq!(files_of(&other_dir), other_files, "{out}");
+        assert_eq!(files_of(&other_local_dir), other_local);
         // Every manifest of both jobs still reads back the same.
-        assert_eq!([digests("ma"), digests("mb")], before);
+        assert_eq!(both_digests(), before);
     }
 }
 
@@ -357,35 +349,21 @@ fn gc_refuses_an_empty_manifest_directory() {
     let tmp = tempfile::tempdir().unwrap();
     run_job(tmp.path(), &"c".repeat(32), "m");
     std::fs::create_dir(tmp.path().join("empty")).unwrap();
-    let before = files_of(
-        &tmp.path()
-            .join("dstl-data")
-            .join("c".repeat(32))
-            .join("dstl"),
-    );
-    let out = dstl(
-        tmp.path(),
-        &["gc", "--manifests", "empty", "--delete", "--grace", "0s"],
-    );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let dir = tmp
+        .path()
+        .join("dstl-data")
+        .join("c".repeat(32))
+        .join("dstl");
+    let before = files_of(&dir);
+    let stderr = failure(&gc_delete_now(tmp.path(), "empty", &[]));
     assert!(stderr.contains("holds no manifest"), "{stderr}");
-    assert_eq!(
-        files_of(
-            &tmp.path()
-                .join("dstl-data")
-                .join("c".repeat(32))
-                .join("dstl")
-        ),
-        before
-    );
+    assert_eq!(files_of(&dir), before);
     // A job named explicitly must be a job id.
-    let out = dstl(tmp.path(), &["gc", "--manifests", "m", "--job", "../etc"]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("invalid job id `../etc`"),
-        "{out:?}"
-    );
+    let stderr = failure(&dstl(
+        tmp.path(),
+        &["gc", "--manifests", "m", "--job", "../etc"],
+    ));
+    assert!(stderr.contains("invalid job id `../etc`"), "{stderr}");
 }
 
 /// Manifests of a job that wrote elsewhere than `--dir`: gc says so instead of quietly
@@ -438,16 +416,11 @@ fn gc_through_a_symlinked_base_keeps_every_manifest_readable() {
     std::fs::rename(tmp.path().join("dstl-data"), tmp.path().join("moved")).unwrap();
     std::os::unix::fs::symlink("moved", tmp.path().join("dstl-data")).unwrap();
     assert_eq!(digests(tmp.path(), "m"), before);
-    let files = files_of(&tmp.path().join("moved").join("d".repeat(32)).join("dstl"));
-    let out = stdout(&dstl(
-        tmp.path(),
-        &["gc", "--manifests", "m", "--delete", "--grace", "0s"],
-    ));
+    let dir = tmp.path().join("moved").join("d".repeat(32)).join("dstl");
+    let files = files_of(&dir);
+    let out = stdout(&gc_delete_now(tmp.path(), "m", &[]));
     assert!(out.contains("0 orphans"), "{out}");
-    assert_eq!(
-        files_of(&tmp.path().join("moved").join("d".repeat(32)).join("dstl")),
-        files
-    );
+    assert_eq!(files_of(&dir), files);
     assert_eq!(digests(tmp.path(), "m"), before);
 }
 
@@ -465,24 +438,11 @@ fn gc_refuses_manifests_written_for_another_base() {
         .status()
         .unwrap();
     assert!(status.success());
-    let files = files_of(&copy.join(&job).join("dstl"));
-    let out = dstl(
-        tmp.path(),
-        &[
-            "gc",
-            "--manifests",
-            "m",
-            "--dir",
-            "copy",
-            "--delete",
-            "--grace",
-            "0s",
-        ],
-    );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let dir = copy.join(&job).join("dstl");
+    let files = files_of(&dir);
+    let stderr = failure(&gc_delete_now(tmp.path(), "m", &["--dir", "copy"]));
     assert!(stderr.contains("another base"), "{stderr}");
-    assert_eq!(files_of(&copy.join(&job).join("dstl")), files);
+    assert_eq!(files_of(&dir), files);
 }
 
 /// gc stays inside the base: a job's `dstl/` that is a symlink to a directory elsewhere,
@@ -496,32 +456,14 @@ fn gc_does_not_follow_symlinks_out_of_the_base() {
     std::fs::create_dir(&elsewhere).unwrap();
     let precious = elsewhere.join("00000000-0000-0000-0000-000000000001");
     std::fs::write(&precious, b"not dstl's").unwrap();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-    std::fs::File::options()
-        .write(true)
-        .open(&precious)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    backdate(&precious);
     let other_job = tmp.path().join("dstl-data").join("1".repeat(32));
     std::fs::create_dir(&other_job).unwrap();
     std::os::unix::fs::symlink(&elsewhere, other_job.join("dstl")).unwrap();
     let dir = tmp.path().join("dstl-data").join(&job).join("dstl");
     let link = dir.join("00000000-0000-0000-0000-000000000002");
     std::os::unix::fs::symlink(&precious, &link).unwrap();
-    let out = stdout(&dstl(
-        tmp.path(),
-        &[
-            "gc",
-            "--manifests",
-            "m",
-            "--job",
-            &"1".repeat(32),
-            "--delete",
-            "--grace",
-            "0s",
-        ],
-    ));
+    let out = stdout(&gc_delete_now(tmp.path(), "m", &["--job", &"1".repeat(32)]));
     assert!(out.contains("skipped symbolic link"), "{out}");
     assert!(out.contains(&link.display().to_string()), "{out}");
     assert!(precious.exists(), "{out}");

@@ -225,25 +225,38 @@ fn check_order(calls: &[Call], manifests: &[PathBuf]) -> (usize, usize) {
     (direct, checked)
 }
 
-#[test]
-fn large_files_are_written_past_the_page_cache_and_synced_before_they_count() {
+/// Runs 2 writers appending `changes` changes of `change_size` bytes, checkpointing every
+/// `checkpoint_every` appends, with `extra` arguments, under strace, and checks the order
+/// for every file its manifests name; returns how many of those files were written with
+/// `O_DIRECT`, and how many were checked (at least one).
+fn check_run(
+    changes: &str,
+    change_size: &str,
+    checkpoint_every: &str,
+    extra: &[&str],
+) -> (usize, usize) {
     let tmp = tempfile::tempdir().unwrap();
-    // 4 KiB changes, 500 per checkpoint and writer: files of about 2 MB and more.
-    let (calls, manifests) = traced_run(
-        tmp.path(),
-        &[
-            "--writers",
-            "2",
-            "--changes",
-            "8000",
-            "--change-size",
-            "4096",
-            "--checkpoint-every",
-            "500",
-        ],
-    );
+    let mut args = vec![
+        "--writers",
+        "2",
+        "--changes",
+        changes,
+        "--change-size",
+        change_size,
+        "--checkpoint-every",
+        checkpoint_every,
+    ];
+    args.extend(extra);
+    let (calls, manifests) = traced_run(tmp.path(), &args);
     let (direct, checked) = check_order(&calls, &manifests);
     assert!(checked > 0);
+    (direct, checked)
+}
+
+#[test]
+fn large_files_are_written_past_the_page_cache_and_synced_before_they_count() {
+    // 4 KiB changes, 500 per checkpoint and writer: files of about 2 MB and more.
+    let (direct, checked) = check_run("8000", "4096", "500", &[]);
     assert_eq!(
         direct, checked,
         "every large file was written with O_DIRECT (this file system refuses it?)"
@@ -252,25 +265,13 @@ fn large_files_are_written_past_the_page_cache_and_synced_before_they_count() {
 
 #[test]
 fn small_files_go_through_the_page_cache_and_are_synced_before_they_count() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (calls, manifests) = traced_run(
-        tmp.path(),
-        // 100-byte changes, 100 per checkpoint and writer, each uploaded alone: files of
-        // about 10 KB.
-        &[
-            "--writers",
-            "2",
-            "--changes",
-            "2000",
-            "--change-size",
-            "100",
-            "--checkpoint-every",
-            "100",
-            "--conf",
-            "dstl.dfs.batch.persist-delay=0",
-        ],
+    // 100-byte changes, 100 per checkpoint and writer, each uploaded alone: files of about
+    // 10 KB.
+    let (direct, _) = check_run(
+        "2000",
+        "100",
+        "100",
+        &["--conf", "dstl.dfs.batch.persist-delay=0"],
     );
-    let (direct, checked) = check_order(&calls, &manifests);
-    assert!(checked > 0);
     assert_eq!(direct, 0, "small files are written through the page cache");
 }

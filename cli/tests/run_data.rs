@@ -62,15 +62,22 @@ fn parse_json(stdout: &str) -> Value {
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
+/// A fresh directory holding two empty ones, `cwd` and `tmp`: a run's working directory
+/// and its `TMPDIR`.
+fn cwd_and_tmp() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let (cwd, tmp) = (root.path().join("cwd"), root.path().join("tmp"));
+    std::fs::create_dir(&cwd).unwrap();
+    std::fs::create_dir(&tmp).unwrap();
+    (root, cwd, tmp)
+}
+
 /// The README's main job, `dstl run` with no options, leaves nothing behind: its data
 /// went to a directory of its own under the temporary directory, removed after
 /// verification, and the summary says so.
 #[test]
 fn a_run_that_is_not_kept_removes_its_temporary_directory() {
-    let root = tempfile::tempdir().unwrap();
-    let (cwd, tmp) = (root.path().join("cwd"), root.path().join("tmp"));
-    std::fs::create_dir(&cwd).unwrap();
-    std::fs::create_dir(&tmp).unwrap();
+    let (_root, cwd, tmp) = cwd_and_tmp();
     let tmp_real = std::fs::canonicalize(&tmp).unwrap();
 
     let out = ok(&cwd, &tmp, &["run"]);
@@ -114,10 +121,7 @@ fn a_run_that_is_not_kept_removes_its_temporary_directory() {
 /// directory: in the summary, and as `dir` (absolute) under `--json`.
 #[test]
 fn keep_keeps_the_data_in_dstl_data_and_names_the_directory() {
-    let root = tempfile::tempdir().unwrap();
-    let (cwd, tmp) = (root.path().join("cwd"), root.path().join("tmp"));
-    std::fs::create_dir(&cwd).unwrap();
-    std::fs::create_dir(&tmp).unwrap();
+    let (_root, cwd, tmp) = cwd_and_tmp();
     let data = std::fs::canonicalize(&cwd).unwrap().join("dstl-data");
 
     let out = ok(&cwd, &tmp, &args(&["run", "--keep"], &[]));
@@ -151,10 +155,7 @@ fn keep_keeps_the_data_in_dstl_data_and_names_the_directory() {
 /// user's files and other jobs' directories beside them stay.
 #[test]
 fn an_explicit_dir_loses_only_what_the_run_created() {
-    let root = tempfile::tempdir().unwrap();
-    let (cwd, tmp) = (root.path().join("cwd"), root.path().join("tmp"));
-    std::fs::create_dir(&cwd).unwrap();
-    std::fs::create_dir(&tmp).unwrap();
+    let (root, cwd, tmp) = cwd_and_tmp();
     let base = root.path().join("base");
     std::fs::create_dir_all(base.join("1".repeat(32)).join("dstl")).unwrap();
     std::fs::create_dir_all(base.join("local").join("jid_other")).unwrap();
@@ -228,11 +229,32 @@ fn a_run_that_is_not_kept_refuses_an_existing_job_directory() {
     assert!(tree(&base).len() > before.len(), "the run added its files");
 }
 
-/// Runs `dstl args` in a mount namespace of its own where `mount` is a tmpfs of
-/// `size`; returns its output and what was left on the tmpfs when it ended (relative
-/// paths, one per line).
-fn on_small_file_system(mount: &Path, size: &str, args: &[&str]) -> (Output, String) {
-    on_file_system(mount, "tmpfs", &format!("size={size}"), args)
+/// What a `dstl run` on a file system of its own did.
+struct FileSystemRun {
+    /// Its `--dir`, `data` on the file system.
+    data: PathBuf,
+    out: Output,
+    /// What was left on the file system when it ended (relative paths, one per line).
+    left: String,
+    /// The command, its outputs and what was left, for failure messages.
+    report: String,
+}
+
+/// Runs `dstl run --dir <mount>/data args` where `<mount>` is a file system of type `fs`
+/// mounted with `options`, in a mount namespace of its own (see [`on_file_system`]).
+fn run_on_file_system(fs: &str, options: &str, args: &[&str]) -> FileSystemRun {
+    let root = tempfile::tempdir().unwrap();
+    let mount = root.path().join(fs);
+    let data = mount.join("data");
+    let run = [&["run", "--dir", s(&data)], args].concat();
+    let (out, left) = on_file_system(&mount, fs, options, &run);
+    let report = format!("{}\nleft on the {fs}:\n{left}", describe(&run, &out));
+    FileSystemRun {
+        data,
+        out,
+        left,
+        report,
+    }
 }
 
 /// Runs `dstl args` in a mount namespace of its own where `mount` is a file system of
@@ -283,29 +305,27 @@ fn on_file_system(mount: &Path, fs: &str, options: &str, args: &[&str]) -> (Outp
 /// one included. Without retries, a first upload that failed would fail the run.
 #[test]
 fn a_file_system_that_refuses_o_direct_takes_large_uploads_through_the_page_cache() {
-    let root = tempfile::tempdir().unwrap();
-    let mount = root.path().join("ram");
-    let data = mount.join("data");
     // Checkpoints of 1,000 changes of 1,000 bytes per writer: every file is past the
     // 256 KiB from which uploads are written directly.
-    let run = [
-        "run",
-        "--dir",
-        s(&data),
-        "--writers",
-        "2",
-        "--changes",
-        "8000",
-        "--change-size",
-        "1000",
-        "--checkpoint-every",
-        "1000",
-        "--json",
-        "--conf",
-        "dstl.dfs.upload.retry-policy=none",
-    ];
-    let (out, left) = on_file_system(&mount, "ramfs", "mode=0755", &run);
-    let report = format!("{}\nleft on the ramfs:\n{left}", describe(&run, &out));
+    let FileSystemRun {
+        out, left, report, ..
+    } = run_on_file_system(
+        "ramfs",
+        "mode=0755",
+        &[
+            "--writers",
+            "2",
+            "--changes",
+            "8000",
+            "--change-size",
+            "1000",
+            "--checkpoint-every",
+            "1000",
+            "--json",
+            "--conf",
+            "dstl.dfs.upload.retry-policy=none",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{report}");
     let summary = parse_json(std::str::from_utf8(&out.stdout).unwrap());
     assert_eq!(summary["verified"], true, "{report}");
@@ -318,28 +338,29 @@ fn a_file_system_that_refuses_o_direct_takes_large_uploads_through_the_page_cach
 /// per change set and batch), and removes what it wrote, freeing the space.
 #[test]
 fn a_full_disk_stops_the_run_with_one_error_naming_the_directory() {
-    let root = tempfile::tempdir().unwrap();
-    let mount = root.path().join("small");
-    let data = mount.join("data");
     // Long enough that a run carrying on after the first failure would still be going;
     // and checkpoints of 10 MB, so that the files the run keeps (each writer's last
     // checkpoint) cannot fit in 8 MB however soon it deletes subsumed ones.
-    let run = [
-        "run",
-        "--dir",
-        s(&data),
-        "--duration",
-        "60s",
-        "--writers",
-        "4",
-        "--checkpoint-every",
-        "100000",
-    ];
     let started = Instant::now();
-    let (out, left) = on_small_file_system(&mount, "8m", &run);
+    let FileSystemRun {
+        data,
+        out,
+        left,
+        report,
+    } = run_on_file_system(
+        "tmpfs",
+        "size=8m",
+        &[
+            "--duration",
+            "60s",
+            "--writers",
+            "4",
+            "--checkpoint-every",
+            "100000",
+        ],
+    );
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let report = format!("{}\nleft on the tmpfs:\n{left}", describe(&run, &out));
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(took < Duration::from_secs(30), "took {took:?}: {report}");
     let errors: Vec<&str> = stderr
@@ -394,9 +415,9 @@ impl Running {
         }
     }
 
-    /// Sends `signal`, then waits for the process to end; returns its exit code, its
-    /// stderr and how long it took to end.
-    fn stop(mut self, signal: i32) -> (Option<i32>, String, Duration) {
+    /// Sends `signal`, then waits for the process to end, which it must do within 10 s,
+    /// with exit status `code` and no panic; returns its stderr.
+    fn stop(mut self, signal: i32, code: i32) -> String {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: kill has no memory-safety preconditions; the child is ours, not reaped.
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
@@ -420,7 +441,10 @@ impl Running {
             .unwrap()
             .read_to_string(&mut stderr)
             .unwrap();
-        (status.code(), stderr, took)
+        assert_eq!(status.code(), Some(code), "{stderr}");
+        assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
     }
 }
 
@@ -430,6 +454,9 @@ impl Drop for Running {
         let _ = self.child.wait();
     }
 }
+
+/// A run of 2 writers stopped by a signal long before its 10 minutes are up.
+const LONG: [&str; 4] = ["--duration", "10 min", "--writers", "2"];
 
 /// Whether some `<base>/<job>/dstl` holds a changelog file (not a staging file).
 fn has_written(base: &Path) -> bool {
@@ -449,21 +476,10 @@ fn sigint_stops_the_run_and_removes_its_data() {
     let base = root.path().join("d");
     let mut run = Running::start(
         root.path(),
-        &[
-            "run",
-            "--dir",
-            s(&base),
-            "--duration",
-            "10 min",
-            "--writers",
-            "2",
-        ],
+        &[&["run", "--dir", s(&base)][..], &LONG].concat(),
     );
     run.wait_for("a changelog file", || has_written(&base));
-    let (code, stderr, took) = run.stop(libc::SIGINT);
-    assert_eq!(code, Some(130), "{stderr}");
-    assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = run.stop(libc::SIGINT, 130);
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("error: interrupted by SIGINT after ")
@@ -484,26 +500,16 @@ fn sigterm_stops_a_kept_run_leaving_readable_manifests_and_no_lease() {
     let mut run = Running::start(
         root.path(),
         &[
-            "run",
-            "--dir",
-            s(&base),
-            "--manifests",
-            s(&manifests),
-            "--duration",
-            "10 min",
-            "--writers",
-            "2",
-            "--checkpoint-every",
-            "2000",
-        ],
+            &["run", "--dir", s(&base), "--manifests", s(&manifests)][..],
+            &LONG,
+            &["--checkpoint-every", "2000"],
+        ]
+        .concat(),
     );
     run.wait_for("both manifests", || {
         manifests.join("op-0.json").is_file() && manifests.join("op-1.json").is_file()
     });
-    let (code, stderr, took) = run.stop(libc::SIGTERM);
-    assert_eq!(code, Some(143), "{stderr}");
-    assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = run.stop(libc::SIGTERM, 143);
     let jobs: Vec<PathBuf> = std::fs::read_dir(&base)
         .unwrap()
         .map(|e| e.unwrap().path())

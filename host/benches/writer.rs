@@ -155,26 +155,45 @@ fn bench_append(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("100B", |b| {
         b.iter_custom(|iters| {
-            let mut measured = Duration::ZERO;
-            let mut done = 0;
-            while done < iters {
-                let round = (iters - done).min(APPENDS_PER_CHECKPOINT);
-                let start = Instant::now();
-                for i in 0..round {
+            between_checkpoints(
+                &storage,
+                &mut session,
+                iters,
+                APPENDS_PER_CHECKPOINT,
+                |w, i| {
                     let key_group = (i % KEY_GROUPS as u64) as usize;
-                    session
-                        .writer
-                        .append(key_group as i32, black_box(&values[key_group]))
+                    w.append(key_group as i32, black_box(&values[key_group]))
                         .unwrap();
-                }
-                measured += start.elapsed();
-                done += round;
-                session.checkpoint(&storage);
-            }
-            measured
+                },
+            )
         })
     });
     group.finish();
+}
+
+/// The time `iters` calls of `call` take (given the writer and the call's number within
+/// its round), with an untimed checkpoint after every `per_checkpoint` of them, so the
+/// writer's memory stays bounded however many iterations criterion asks for.
+fn between_checkpoints(
+    storage: &ChangelogStorage,
+    session: &mut Session,
+    iters: u64,
+    per_checkpoint: u64,
+    mut call: impl FnMut(&Writer, u64),
+) -> Duration {
+    let mut measured = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let round = (iters - done).min(per_checkpoint);
+        let start = Instant::now();
+        for i in 0..round {
+            call(&session.writer, i);
+        }
+        measured += start.elapsed();
+        done += round;
+        session.checkpoint(storage);
+    }
+    measured
 }
 
 fn bench_append_batch(c: &mut Criterion) {
@@ -186,22 +205,11 @@ fn bench_append_batch(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     group.bench_function("1000x100B", |b| {
         b.iter_custom(|iters| {
-            let mut measured = Duration::ZERO;
-            let mut done = 0;
-            while done < iters {
-                let round = (iters - done).min(APPENDS_PER_CHECKPOINT / BATCH as u64);
-                let start = Instant::now();
-                for _ in 0..round {
-                    session
-                        .writer
-                        .append_batch(&key_groups, &lengths, black_box(&data))
-                        .unwrap();
-                }
-                measured += start.elapsed();
-                done += round;
-                session.checkpoint(&storage);
-            }
-            measured
+            let per_checkpoint = APPENDS_PER_CHECKPOINT / BATCH as u64;
+            between_checkpoints(&storage, &mut session, iters, per_checkpoint, |w, _| {
+                w.append_batch(&key_groups, &lengths, black_box(&data))
+                    .unwrap();
+            })
         })
     });
     group.finish();

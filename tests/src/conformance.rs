@@ -157,6 +157,15 @@ fn kind_of<T: std::fmt::Debug>(result: std::io::Result<T>, what: &str) -> std::i
     }
 }
 
+/// `path` of `store` reads back as `expected`; `what` says why it should.
+#[track_caller]
+fn assert_reads(store: &dyn Store, path: &str, expected: &[u8], what: &str) {
+    let read = store
+        .read(path)
+        .unwrap_or_else(|e| panic!("{what}: cannot read {path}: {e}"));
+    assert_eq!(read, expected, "{what}");
+}
+
 fn created(store: &dyn Store, name: &str, bytes: &[u8]) -> String {
     let path = store
         .create(name, bytes)
@@ -173,13 +182,9 @@ pub fn create_then_read(s: &Stores) {
     let store = &*s.store;
     let content = bytes(1000, 7);
     let path = created(store, "f", &content);
-    assert_eq!(store.read(&path).unwrap(), content, "{path} reads back");
+    assert_reads(store, &path, &content, &format!("{path} reads back"));
     let empty = created(store, "empty", b"");
-    assert_eq!(
-        store.read(&empty).unwrap(),
-        b"",
-        "an empty file reads back empty"
-    );
+    assert_reads(store, &empty, b"", "an empty file reads back empty");
     assert_eq!(
         location_of(&path),
         location_of(&empty),
@@ -201,11 +206,7 @@ pub fn create_parts_joins_the_parts(s: &Stores) {
         "the parts read back joined, in order"
     );
     let none = store.create_parts("no-parts", &[]).unwrap();
-    assert_eq!(
-        store.read(&none).unwrap(),
-        b"",
-        "no parts make an empty file"
-    );
+    assert_reads(store, &none, b"", "no parts make an empty file");
 }
 
 /// `read_range` reads exactly the range, clamped to the end of the file. A range that
@@ -369,10 +370,11 @@ pub fn conditional_create_never_overwrites(s: &Stores) {
             std::io::ErrorKind::AlreadyExists,
             "{what}"
         );
-        assert_eq!(
-            store.read(&path).unwrap(),
+        assert_reads(
+            store,
+            &path,
             b"original",
-            "{what} changed the file"
+            &format!("{what} changed the file"),
         );
     }
     let again = store.create("once", b"original");
@@ -479,15 +481,17 @@ pub fn deleting_outside_the_store_is_refused(s: &Stores) {
             ),
             Ok(()) => panic!("delete({path:?}) of a path outside the store succeeded"),
         }
-        assert_eq!(
-            s.sibling.read(&victim).unwrap(),
+        assert_reads(
+            &*s.sibling,
+            &victim,
             b"precious",
-            "delete({path:?}) touched the sibling's file"
+            &format!("delete({path:?}) touched the sibling's file"),
         );
-        assert_eq!(
-            store.read(&own).unwrap(),
+        assert_reads(
+            store,
+            &own,
             b"mine",
-            "delete({path:?}) touched the store's file"
+            &format!("delete({path:?}) touched the store's file"),
         );
     }
 }

@@ -198,6 +198,12 @@ fn as_str<'a>(value: &'a Value, key: &str, context: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{context}: `{key}` is not a string"))
 }
 
+fn as_array<'a>(value: &'a Value, key: &str, context: &str) -> &'a [Value] {
+    field(value, key, context)
+        .as_array()
+        .unwrap_or_else(|| panic!("{context}: `{key}` is not an array"))
+}
+
 impl GoldenSet {
     /// Loads `golden/<name>/manifest.json`.
     pub fn load(name: &str) -> Self {
@@ -215,9 +221,7 @@ impl GoldenSet {
             "digest" => ExpectedFormat::Digest,
             other => panic!("{ctx}: unknown expectedFormat {other:?}"),
         };
-        let files = field(&manifest, "files", &ctx)
-            .as_array()
-            .expect("files is an array")
+        let files = as_array(&manifest, "files", &ctx)
             .iter()
             .map(|f| {
                 let relative = as_str(f, "path", &ctx).to_string();
@@ -229,21 +233,15 @@ impl GoldenSet {
                 }
             })
             .collect();
-        let snapshots = field(&manifest, "snapshots", &ctx)
-            .as_array()
-            .expect("snapshots is an array")
+        let snapshots = as_array(&manifest, "snapshots", &ctx)
             .iter()
             .map(|s| {
                 let name = as_str(s, "name", &ctx).to_string();
                 let ctx = format!("{ctx} snapshot {name}");
-                let range = field(s, "keyGroupRange", &ctx)
-                    .as_array()
-                    .expect("keyGroupRange is an array");
+                let range = as_array(s, "keyGroupRange", &ctx);
                 assert_eq!(range.len(), 2, "{ctx}: keyGroupRange has two ends");
                 let end = |i: usize| range[i].as_i64().expect("key group") as i32;
-                let handles = field(s, "handles", &ctx)
-                    .as_array()
-                    .expect("handles is an array")
+                let handles = as_array(s, "handles", &ctx)
                     .iter()
                     .map(|h| {
                         let relative = as_str(h, "path", &ctx).to_string();

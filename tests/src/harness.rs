@@ -16,12 +16,13 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dstl::{
     ChangelogHandle, ChangelogStorage, Config, Error, KeyGroupRange, ReadError, SnapshotResult,
-    Store, Writer, WriterError,
+    Store, StoredFile, Writer, WriterError, gc,
 };
+use tempfile::TempDir;
 
 use crate::fault_store::FaultStore;
 use crate::seaweed::Seaweed;
@@ -55,6 +56,21 @@ pub fn config(dir: &Path, conf: &[&str]) -> Config {
 pub fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
     ChangelogStorage::open(config(dir, conf))
         .unwrap_or_else(|e| panic!("cannot open a storage over {}: {e}", dir.display()))
+}
+
+/// What `open` opens over a fresh temporary directory, and that directory: keep it (as
+/// `_tmp` if unused) as long as what was opened, since dropping it deletes the files.
+#[track_caller]
+pub fn in_temp_dir<T>(open: impl FnOnce(&Path) -> T) -> (TempDir, T) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("cannot create a test directory: {e}"));
+    let opened = open(dir.path());
+    (dir, opened)
+}
+
+/// A storage over a fresh temporary directory (see [`open`] and [`in_temp_dir`]).
+#[track_caller]
+pub fn open_temp(conf: &[&str]) -> (TempDir, ChangelogStorage) {
+    in_temp_dir(|dir| open(dir, conf))
 }
 
 /// A storage configured as [`open`] does whose uploads go to the store `store` builds
@@ -110,6 +126,16 @@ pub fn open_s3(server: &Seaweed, prefix: &str, conf: &[&str]) -> ChangelogStorag
 pub fn persist(writer: &Writer, from: u64, checkpoint: i64) -> (SnapshotResult, u64) {
     let to = writer.next_sequence_number().unwrap();
     let snapshot = writer.persist(from, checkpoint).unwrap().wait().unwrap();
+    (snapshot, to)
+}
+
+/// [`persist`], then confirms what it persisted; returns the same.
+#[track_caller]
+pub fn persist_confirmed(writer: &Writer, from: u64, checkpoint: i64) -> (SnapshotResult, u64) {
+    let (snapshot, to) = persist(writer, from, checkpoint);
+    writer
+        .confirm(from, to, checkpoint)
+        .unwrap_or_else(|e| panic!("cannot confirm checkpoint {checkpoint}: {e}"));
     (snapshot, to)
 }
 
@@ -287,6 +313,26 @@ pub fn writer_error_for<T: Debug>(what: &str, result: Result<T, Error>) -> Write
             panic!("{what}expected a typed writer error, got {other:?}")
         }
     }
+}
+
+/// What `dstl gc` classifies as orphans among `files` (a listing's files, without its
+/// leases) against the `live` manifests, with grace `grace` at time `now`: the orphans'
+/// paths, and the report for [`dstl::gc::delete`].
+#[track_caller]
+pub fn gc_orphans(
+    files: Vec<StoredFile>,
+    live: &gc::Live,
+    grace: Duration,
+    now: SystemTime,
+) -> (Vec<String>, gc::Report) {
+    let listing = gc::Listing {
+        files,
+        ..Default::default()
+    };
+    let report = gc::classify(&listing, live, grace, now)
+        .unwrap_or_else(|e| panic!("gc cannot classify the files: {e}"));
+    let orphans = report.orphans.iter().map(|o| o.file.path.clone()).collect();
+    (orphans, report)
 }
 
 /// Runs `f` on a thread of its own; the receiver yields its result (use `recv_timeout` to

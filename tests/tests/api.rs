@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use dstl::{ChangelogStorage, Config, ConfigError, Error, S3Error, WriterOptions};
-use dstl_tests::harness::{RANGE, config, open};
+use dstl_tests::harness::{RANGE, config, open_temp};
 use dstl_tests::seaweed::{ACCESS_KEY, Seaweed};
 
 #[test]
@@ -75,8 +75,7 @@ fn a_current_thread_runtime_is_refused_by_name() {
 
 #[test]
 fn a_persist_future_keeps_its_outcome_for_wait_after_try_wait() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(1, b"x").unwrap();
     let mut future = w.persist(0, 1).unwrap();
@@ -99,8 +98,7 @@ fn a_persist_future_keeps_its_outcome_for_wait_after_try_wait() {
 
 #[test]
 fn writer_options_out_of_range_are_refused_by_value() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     for (options, named) in [
         (WriterOptions::new().memory_limit(4096), "4096"),
         (

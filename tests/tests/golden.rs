@@ -14,7 +14,8 @@ use dstl_tests::golden::{
     ExpectedFormat, GoldenSet, GoldenSnapshot, canonical, copy_set, golden_digest,
     parse_handles_file, sha256_hex,
 };
-use dstl_tests::harness::open;
+use dstl_tests::harness::{in_temp_dir, open_temp};
+use tempfile::TempDir;
 
 fn lines(format: ExpectedFormat, changes: &[Change]) -> Vec<String> {
     changes
@@ -25,8 +26,7 @@ fn lines(format: ExpectedFormat, changes: &[Change]) -> Vec<String> {
 
 /// A storage on a fresh directory, for its component decoder.
 fn decoder() -> (tempfile::TempDir, ChangelogStorage, ComponentCodec) {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.writer.max-writers=4"]);
+    let (tmp, storage) = open_temp(&["dstl.writer.max-writers=4"]);
     let decoder = storage
         .component_codec()
         .expect("component decoder instantiates");
@@ -388,18 +388,28 @@ fn snapshot<'a>(set: &'a GoldenSet, name: &str) -> &'a GoldenSnapshot {
     set.snapshots.iter().find(|s| s.name == name).unwrap()
 }
 
-#[test]
-fn damaged_plain_files_give_typed_errors() {
-    let tmp = tempfile::tempdir().unwrap();
-    let set = copy_set(&GoldenSet::load("plain"), tmp.path());
-    let snap = snapshot(&set, "w0-cp2");
-    // The copy reads like the original.
+/// The golden set `name` copied into a fresh temporary directory (for a test to damage),
+/// and that directory.
+fn copied_set(name: &str) -> (TempDir, GoldenSet) {
+    in_temp_dir(|dir| copy_set(&GoldenSet::load(name), dir))
+}
+
+/// `snap` reads back from its files with every change its manifest counts.
+fn assert_reads_whole(snap: &GoldenSnapshot) {
     assert_eq!(
         reader::read_handle(&snap.handle(), &dstl::FileSource::new(None))
             .unwrap()
             .len(),
         snap.expected_count
     );
+}
+
+#[test]
+fn damaged_plain_files_give_typed_errors() {
+    let (_tmp, set) = copied_set("plain");
+    let snap = snapshot(&set, "w0-cp2");
+    // The copy reads like the original.
+    assert_reads_whole(snap);
     let target = &snap.handles[1];
     let original = std::fs::read(&target.path).unwrap();
 
@@ -492,41 +502,28 @@ fn damaged_plain_files_give_typed_errors() {
 #[test]
 fn damaged_snappy_files_give_typed_errors() {
     for name in ["snappy", "snappy-large"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let set = copy_set(&GoldenSet::load(name), tmp.path());
+        let (_tmp, set) = copied_set(name);
         let snap = set.snapshots.last().unwrap();
-        assert_eq!(
-            reader::read_handle(&snap.handle(), &dstl::FileSource::new(None))
-                .unwrap()
-                .len(),
-            snap.expected_count
-        );
+        assert_reads_whole(snap);
         let target = &snap.handles[0];
         let original = std::fs::read(&target.path).unwrap();
 
-        // A corrupted byte inside the compressed stream: the frame checksum catches it.
-        let mut bytes = original.clone();
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 0xff;
-        std::fs::write(&target.path, &bytes).unwrap();
-        match read_err(&snap.handle(), &target.path) {
-            ReadError::File(FileError::Corrupt {
-                source: FormatError::Snappy(_),
-                ..
-            }) => {}
-            other => panic!("{name} corrupt: unexpected {other:?}"),
-        }
-
-        // A damaged stream identifier.
-        let mut bytes = original.clone();
-        bytes[5] ^= 0x20;
-        std::fs::write(&target.path, &bytes).unwrap();
-        match read_err(&snap.handle(), &target.path) {
-            ReadError::File(FileError::Corrupt {
-                source: FormatError::Snappy(_),
-                ..
-            }) => {}
-            other => panic!("{name} identifier: unexpected {other:?}"),
+        // A corrupted byte inside the compressed stream (the frame checksum catches it),
+        // and a damaged stream identifier.
+        for (what, at, flip) in [
+            ("corrupt", original.len() / 2, 0xff),
+            ("identifier", 5, 0x20),
+        ] {
+            let mut bytes = original.clone();
+            bytes[at] ^= flip;
+            std::fs::write(&target.path, &bytes).unwrap();
+            match read_err(&snap.handle(), &target.path) {
+                ReadError::File(FileError::Corrupt {
+                    source: FormatError::Snappy(_),
+                    ..
+                }) => {}
+                other => panic!("{name} {what}: unexpected {other:?}"),
+            }
         }
 
         // Truncated to half.
@@ -552,8 +549,7 @@ fn damaged_snappy_files_give_typed_errors() {
 fn every_byte_flip_and_truncation_is_contained() {
     let (_tmp, _storage, mut decoder) = decoder();
     for name in dstl_tests::golden::GOLDEN_SETS {
-        let tmp = tempfile::tempdir().unwrap();
-        let set = copy_set(&GoldenSet::load(name), tmp.path());
+        let (_tmp, set) = copied_set(name);
         let snap = set.snapshots.last().unwrap();
         let target = snap.handles.last().unwrap();
         let offsets: Vec<u64> = snap

@@ -11,7 +11,8 @@ use dstl::{
     ChangelogHandle, ChangelogStorage, Config, ConfigError, Error, HandleEntry, KeyGroupRange,
     LocationError, ReadError, StreamHandle, Writer, WriterError, WriterOptions,
 };
-use dstl_tests::harness::{changes, files, writer_error_for};
+use dstl_tests::harness::{changes, files, gc_orphans, in_temp_dir, writer_error_for};
+use tempfile::TempDir;
 
 /// A narrow range, so that key groups just outside it are easy to name.
 const RANGE: KeyGroupRange = KeyGroupRange { start: 10, end: 20 };
@@ -29,6 +30,11 @@ fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
         "dstl.dfs.batch.persist-delay=0",
     ];
     dstl_tests::harness::open(dir, &[&defaults[..], conf].concat())
+}
+
+/// [`open`] over a fresh temporary directory, which must outlive the storage.
+fn open_temp(conf: &[&str]) -> (TempDir, ChangelogStorage) {
+    in_temp_dir(|dir| open(dir, conf))
 }
 
 /// Every entry of the store's directory (staging files included), once idle; the
@@ -66,6 +72,15 @@ fn still_works(storage: &ChangelogStorage, writer: &Writer, checkpoint: i64) {
     assert_eq!(writer.failure(), None, "{} trapped", writer.name());
 }
 
+/// Persists everything `writer` appended as checkpoint 1; the changes it holds, sorted
+/// (the order of key groups within a change set is not part of the format).
+fn persisted_sorted(storage: &ChangelogStorage, writer: &Writer) -> Vec<(i32, Vec<u8>)> {
+    let snapshot = writer.persist(0, 1).unwrap().wait().unwrap();
+    let mut read = changes(storage, &snapshot.remote);
+    read.sort();
+    read
+}
+
 /// Nothing is open: the next sequence number is `expected` and a persist from it is
 /// empty and immediate.
 fn nothing_appended(writer: &Writer, expected: u64) {
@@ -82,8 +97,7 @@ fn nothing_appended(writer: &Writer, expected: u64) {
 
 #[test]
 fn malformed_packed_batches_are_rejected_whole() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let before = store_entries(&storage);
     let ok = RANGE.start;
@@ -151,11 +165,8 @@ fn malformed_packed_batches_are_rejected_whole() {
     );
     w.append_batch(&[-1, RANGE.end, RANGE.start], &[0, 3, 0], b"abc")
         .unwrap();
-    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    let mut read = changes(&storage, &snapshot.remote);
-    read.sort();
     assert_eq!(
-        read,
+        persisted_sorted(&storage, &w),
         vec![
             (-1, vec![]),
             (RANGE.start, vec![]),
@@ -167,8 +178,7 @@ fn malformed_packed_batches_are_rejected_whole() {
 
 #[test]
 fn single_appends_with_bad_key_groups_are_rejected() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let before = store_entries(&storage);
     for key_group in [
@@ -196,8 +206,7 @@ fn single_appends_with_bad_key_groups_are_rejected() {
 
 #[test]
 fn a_writer_over_the_whole_key_group_domain_accepts_its_ends() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let range = KeyGroupRange {
         start: 0,
         end: i32::MAX,
@@ -207,11 +216,8 @@ fn a_writer_over_the_whole_key_group_domain_accepts_its_ends() {
     w.append(i32::MAX, b"last").unwrap();
     w.append_meta(b"meta").unwrap();
     assert_invalid_argument(w.append(-1, b"x"), "append -1");
-    let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
-    let mut read = changes(&storage, &snapshot.remote);
-    read.sort();
     assert_eq!(
-        read,
+        persisted_sorted(&storage, &w),
         vec![
             (-1, b"meta".to_vec()),
             (0, b"first".to_vec()),
@@ -224,8 +230,7 @@ fn a_writer_over_the_whole_key_group_domain_accepts_its_ends() {
 
 #[test]
 fn sequence_numbers_out_of_range_are_typed_errors() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(RANGE.start, b"a").unwrap();
     let active = w.next_sequence_number().unwrap();
@@ -286,8 +291,7 @@ fn sequence_numbers_out_of_range_are_typed_errors() {
 
 #[test]
 fn closing_at_extreme_sequence_numbers_is_safe() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     for from in [0, u64::MAX] {
         let w = storage.create_writer(&format!("op-{from}"), RANGE).unwrap();
         w.append(RANGE.start, b"a").unwrap();
@@ -325,8 +329,7 @@ fn closing_at_extreme_sequence_numbers_is_safe() {
 
 #[test]
 fn writer_names_with_control_characters_are_rejected() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (tmp, storage) = open_temp(&[]);
     let long = "x".repeat(257);
     for bad in [
         "",
@@ -376,8 +379,7 @@ fn writer_names_with_control_characters_are_rejected() {
 
 #[test]
 fn bad_key_group_ranges_and_memory_limits_are_rejected() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     for (start, end) in [(-1, 5), (i32::MIN, 0), (5, 4), (i32::MAX, 0), (0, -1)] {
         match storage.create_writer("op", KeyGroupRange { start, end }) {
             Err(Error::InvalidArgument(message)) => {
@@ -639,24 +641,13 @@ fn gc_never_deletes_what_manifests_name_outside_the_store() {
             .all(|f| f.path.starts_with(&*tmp.path().to_string_lossy())),
         "gc only lists files under the base: {files:?}"
     );
-    let report = dstl::gc::classify(
-        &dstl::gc::Listing {
-            files,
-            ..Default::default()
-        },
+    let (orphans, report) = gc_orphans(
+        files,
         &live,
         std::time::Duration::ZERO,
         std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
-    )
-    .unwrap();
-    assert_eq!(
-        report
-            .orphans
-            .iter()
-            .map(|o| o.file.path.clone())
-            .collect::<Vec<_>>(),
-        vec![orphan.clone()]
     );
+    assert_eq!(orphans, vec![orphan.clone()]);
     assert_eq!(dstl::gc::delete(storage.config(), &report).unwrap(), 1);
     assert!(!Path::new(&orphan).exists());
     assert!(victim.exists());
@@ -688,16 +679,42 @@ fn handle(entries: Entries) -> ChangelogHandle {
     }
 }
 
+/// A storage over `dir/c-<compression>` with compression on or off, and a writer of it
+/// that has appended `first` to [`RANGE`]'s first key group.
+fn open_compressed(dir: &Path, compression: bool) -> (ChangelogStorage, Writer) {
+    let storage = open(
+        &dir.join(format!("c-{compression}")),
+        &[&format!("dstl.dfs.compression.enabled={compression}")],
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(RANGE.start, b"first").unwrap();
+    (storage, w)
+}
+
+/// A file in `dir` named after `compression` whose bytes are no changelog file.
+fn garbage_file(dir: &Path, compression: bool) -> String {
+    let garbage = dir.join(format!("garbage-{compression}"));
+    std::fs::write(&garbage, [0u8, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3]).unwrap();
+    garbage.to_string_lossy().into_owned()
+}
+
+/// Reading a handle of `entries` fails with a typed error, without panicking.
+fn assert_unreadable(storage: &ChangelogStorage, what: &str, entries: Entries) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        storage.read(&handle(entries.clone()))
+    }));
+    let result = result.unwrap_or_else(|_| panic!("{what}: reading panicked"));
+    let _: ReadError = match result {
+        Err(e) => e,
+        Ok(changes) => panic!("{what}: read {} changes from {entries:?}", changes.len()),
+    };
+}
+
 #[test]
 fn absurd_handles_fail_to_read_with_typed_errors() {
     let tmp = tempfile::tempdir().unwrap();
     for compression in [false, true] {
-        let storage = open(
-            &tmp.path().join(format!("c-{compression}")),
-            &[&format!("dstl.dfs.compression.enabled={compression}")],
-        );
-        let w = storage.create_writer("op", RANGE).unwrap();
-        w.append(RANGE.start, b"first").unwrap();
+        let (storage, w) = open_compressed(tmp.path(), compression);
         w.next_sequence_number().unwrap();
         w.append(RANGE.end, b"second").unwrap();
         let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
@@ -709,8 +726,7 @@ fn absurd_handles_fail_to_read_with_typed_errors() {
         );
         // The real handle reads.
         assert_eq!(storage.read(&snapshot.remote).unwrap().len(), 2);
-        let garbage = tmp.path().join(format!("garbage-{compression}"));
-        std::fs::write(&garbage, [0u8, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3]).unwrap();
+        let g = garbage_file(tmp.path(), compression);
         let snappy_garbage = tmp.path().join(format!("snappy-garbage-{compression}"));
         std::fs::write(
             &snappy_garbage,
@@ -719,7 +735,6 @@ fn absurd_handles_fail_to_read_with_typed_errors() {
         .unwrap();
         let empty = tmp.path().join(format!("empty-{compression}"));
         std::fs::write(&empty, b"").unwrap();
-        let g = garbage.to_string_lossy().into_owned();
         let sg = snappy_garbage.to_string_lossy().into_owned();
         let e = empty.to_string_lossy().into_owned();
         let dir = tmp.path().to_string_lossy().into_owned();
@@ -757,14 +772,7 @@ fn absurd_handles_fail_to_read_with_typed_errors() {
             ),
         ];
         for (what, entries) in cases {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                storage.read(&handle(entries.clone()))
-            }));
-            let result = result.unwrap_or_else(|_| panic!("{what}: reading panicked"));
-            let _: ReadError = match result {
-                Err(e) => e,
-                Ok(changes) => panic!("{what}: read {} changes from {entries:?}", changes.len()),
-            };
+            assert_unreadable(&storage, what, entries);
         }
         // The sandboxed decoder answers with an error, never a trap.
         let mut decoder = storage.component_codec().unwrap();
@@ -800,18 +808,11 @@ fn absurd_handles_fail_to_read_with_typed_errors() {
 fn absurd_file_sizes_fail_to_read_with_typed_errors() {
     let tmp = tempfile::tempdir().unwrap();
     for compression in [false, true] {
-        let storage = open(
-            &tmp.path().join(format!("c-{compression}")),
-            &[&format!("dstl.dfs.compression.enabled={compression}")],
-        );
-        let w = storage.create_writer("op", RANGE).unwrap();
-        w.append(RANGE.start, b"first").unwrap();
+        let (storage, w) = open_compressed(tmp.path(), compression);
         let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
         let entry = &snapshot.remote.entries[0];
         let (path, offset) = (entry.handle.path.clone(), entry.offset);
-        let garbage = tmp.path().join(format!("garbage-{compression}"));
-        std::fs::write(&garbage, [0u8, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3]).unwrap();
-        let g = garbage.to_string_lossy().into_owned();
+        let g = garbage_file(tmp.path(), compression);
         for (what, entries) in [
             ("file size u64::MAX", vec![(path.clone(), u64::MAX, offset)]),
             (
@@ -828,11 +829,7 @@ fn absurd_file_sizes_fail_to_read_with_typed_errors() {
                 vec![(g.clone(), u64::MAX, 0)],
             ),
         ] {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                storage.read(&handle(entries.clone()))
-            }));
-            let result = result.unwrap_or_else(|_| panic!("{what}: reading panicked"));
-            assert!(result.is_err(), "{what}: {entries:?} read back");
+            assert_unreadable(&storage, what, entries);
         }
         still_works(&storage, &w, 2);
     }
@@ -842,8 +839,7 @@ fn absurd_file_sizes_fail_to_read_with_typed_errors() {
 
 #[test]
 fn values_bigger_than_the_sandbox_trap_only_their_writer() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let small = storage
         .create_writer_with("small", RANGE, WriterOptions::new().memory_limit(4 << 20))
         .unwrap();

@@ -9,9 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use dstl::gc::{Live, classify, delete, stored_files};
-use dstl::{ChangelogStorage, Config, Error};
+use dstl::{ChangelogStorage, Config, Error, SnapshotResult, Writer};
 use dstl_proto::lease::{LEASE_DIR, LEASE_SUFFIX, LeaseOwner, LeaseRecord};
-use dstl_tests::harness::{RANGE, config as test_config, open, payloads, persist, remote_paths};
+use dstl_tests::harness::{
+    RANGE, config as test_config, in_temp_dir, open_temp, payloads, persist, remote_paths,
+};
+use tempfile::TempDir;
 
 /// Ages `path` by `by` (its modification time), as the clock of a gc running that much
 /// later sees it.
@@ -23,12 +26,22 @@ fn age(path: &Path, by: Duration) {
         .unwrap_or_else(|e| panic!("cannot age {}: {e}", path.display()));
 }
 
+/// The configuration of a storage over a fresh temporary directory (the harness's), and
+/// that directory.
+fn temp_config() -> (TempDir, Config) {
+    in_temp_dir(|dir| test_config(dir, &[]))
+}
+
+/// The directory of `config`'s job that holds its leases.
+fn lease_dir(config: &Config) -> PathBuf {
+    Path::new(&config.base_path)
+        .join(config.job_id())
+        .join(LEASE_DIR)
+}
+
 /// The lease files of `config`'s job.
 fn leases(config: &Config) -> Vec<PathBuf> {
-    let dir = Path::new(&config.base_path)
-        .join(config.job_id())
-        .join(LEASE_DIR);
-    match std::fs::read_dir(&dir) {
+    match std::fs::read_dir(lease_dir(config)) {
         Ok(entries) => entries.map(|e| e.unwrap().path()).collect(),
         Err(_) => Vec::new(),
     }
@@ -50,6 +63,15 @@ fn collect(config: &Config) -> Vec<String> {
     report.orphans.iter().map(|o| o.file.path.clone()).collect()
 }
 
+/// A writer `op` of `storage` that has appended `one` to key group 1 and persisted it as
+/// checkpoint 1, and the snapshot.
+fn op_persisted(storage: &ChangelogStorage) -> (Writer, SnapshotResult) {
+    let writer = storage.create_writer("op", RANGE).unwrap();
+    writer.append(1, b"one").unwrap();
+    let (snapshot, _) = persist(&writer, 0, 1);
+    (writer, snapshot)
+}
+
 #[track_caller]
 fn lapsed<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
     match result {
@@ -60,12 +82,9 @@ fn lapsed<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
 
 #[test]
 fn a_storage_whose_lease_lapsed_acknowledges_no_checkpoint_naming_an_older_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let config = storage.config().clone();
-    let writer = storage.create_writer("op", RANGE).unwrap();
-    writer.append(1, b"one").unwrap();
-    let (first, _) = persist(&writer, 0, 1);
+    let (writer, first) = op_persisted(&storage);
     let held = remote_paths(&first);
     assert_eq!(held.len(), 1);
     assert_eq!(leases(&config).len(), 1);
@@ -113,8 +132,7 @@ fn a_storage_whose_lease_lapsed_acknowledges_no_checkpoint_naming_an_older_file(
 
 #[test]
 fn a_persist_completing_while_the_lease_is_lapsed_fails_and_one_after_a_refresh_succeeds() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let writer = storage.create_writer("op", RANGE).unwrap();
     // The persist's own upload starts and lands while the lease is lapsed: the file is
     // new, but nothing protected the job while it was written.
@@ -181,8 +199,7 @@ fn gc_collects_at_once_what_a_dead_holder_leased_and_judges_other_machines_by_ag
     let dead = dead_pid();
     let (boot, namespace) = this_machine();
 
-    let tmp = tempfile::tempdir().unwrap();
-    let config = test_config(tmp.path(), &[]);
+    let (_tmp, config) = temp_config();
     let file = leased_job(&config, dead, &boot, &namespace);
     let deleted = collect(&config);
     assert!(
@@ -200,8 +217,7 @@ fn gc_collects_at_once_what_a_dead_holder_leased_and_judges_other_machines_by_ag
         ("another-boot", namespace.as_str()),
         (boot.as_str(), "pid:[1]"),
     ] {
-        let tmp = tempfile::tempdir().unwrap();
-        let config = test_config(tmp.path(), &[]);
+        let (_tmp, config) = temp_config();
         let file = leased_job(&config, dead, other_boot, other_ns);
         let deleted = collect(&config);
         assert!(deleted.is_empty(), "{other_boot} {other_ns}: {deleted:?}");
@@ -209,11 +225,8 @@ fn gc_collects_at_once_what_a_dead_holder_leased_and_judges_other_machines_by_ag
     }
 
     // The lease of a storage this process holds is never judged dead: gc leaves it.
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = ChangelogStorage::open(test_config(tmp.path(), &[])).unwrap();
-    let writer = storage.create_writer("op", RANGE).unwrap();
-    writer.append(1, b"one").unwrap();
-    persist(&writer, 0, 1);
+    let (_tmp, storage) = open_temp(&[]);
+    let (_writer, _) = op_persisted(&storage);
     let deleted = collect(storage.config());
     assert!(deleted.is_empty(), "{deleted:?}");
     assert_eq!(leases(storage.config()).len(), 1);
@@ -225,11 +238,8 @@ fn opening_a_storage_removes_the_leases_of_earlier_holders_that_protect_nothing(
     // runs on. The next storage of the job does, unless the lease may still be live.
     let dead = dead_pid();
     let (boot, namespace) = this_machine();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = test_config(tmp.path(), &[]);
-    let dir = Path::new(&config.base_path)
-        .join(config.job_id())
-        .join(LEASE_DIR);
+    let (_tmp, config) = temp_config();
+    let dir = lease_dir(&config);
     std::fs::create_dir_all(&dir).unwrap();
     let write = |name: &str, record: LeaseRecord| {
         let path = dir.join(format!("{name}{LEASE_SUFFIX}"));

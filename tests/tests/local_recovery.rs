@@ -5,8 +5,11 @@
 
 use std::path::Path;
 
-use dstl::ChangelogStorage;
-use dstl_tests::harness::{RANGE, files, local_paths, persist, remote_paths};
+use dstl::{ChangelogStorage, SnapshotResult, Writer};
+use dstl_tests::harness::{
+    RANGE, checkpoint, files, in_temp_dir, local_paths, persist, persist_confirmed, remote_paths,
+};
+use tempfile::TempDir;
 
 /// A storage over `dir` (the harness's) with local recovery on, then `conf`.
 fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
@@ -16,17 +19,18 @@ fn open(dir: &Path, conf: &[&str]) -> ChangelogStorage {
     )
 }
 
+/// [`open`] over a fresh temporary directory, which must outlive the storage.
+fn open_temp(conf: &[&str]) -> (TempDir, ChangelogStorage) {
+    in_temp_dir(|dir| open(dir, conf))
+}
+
 fn exists(path: impl AsRef<Path>) -> bool {
     path.as_ref().exists()
 }
 
 #[test]
 fn local_copies_mirror_the_remote_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(
-        tmp.path(),
-        &["dstl.job-id=000000000000002a466c696e6b416e63"],
-    );
+    let (tmp, storage) = open_temp(&["dstl.job-id=000000000000002a466c696e6b416e63"]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(4, b"local").unwrap();
     let (snapshot, _) = persist(&w, 0, 1);
@@ -57,23 +61,17 @@ fn local_copies_mirror_the_remote_files() {
 /// Flink's testLocalFileDiscard.
 #[test]
 fn confirming_a_later_checkpoint_discards_older_local_copies() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=100b"]);
+    let (_tmp, storage) = open_temp(&["dstl.dfs.preemptive-persist-threshold=100b"]);
     let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, &[1; 10]).unwrap();
-    let (_, to1) = persist(&w, 0, 1);
-    w.confirm(0, to1, 1).unwrap();
+    checkpoint(&w, 0, 1, &[1; 10]).unwrap();
     w.append(0, &[2; 100]).unwrap(); // pre-emptive upload
     w.append(0, &[3; 10]).unwrap();
-    let (cp2, to2) = persist(&w, 0, 2);
-    w.confirm(0, to2, 2).unwrap();
+    let (cp2, _) = persist_confirmed(&w, 0, 2);
     storage.wait_idle();
     let cp2_local = local_paths(&cp2);
     assert!(cp2_local.iter().all(exists));
     let materialized = w.next_sequence_number().unwrap();
-    w.append(0, &[4; 10]).unwrap();
-    let (cp3, to3) = persist(&w, materialized, 3);
-    w.confirm(materialized, to3, 3).unwrap();
+    let (cp3, _) = checkpoint(&w, materialized, 3, &[4; 10]).unwrap();
     storage.wait_idle();
     for file in &cp2_local {
         assert!(!exists(file), "{file} of cp2 should be discarded");
@@ -87,15 +85,10 @@ fn confirming_a_later_checkpoint_discards_older_local_copies() {
 /// Flink's testLocalFileAfterMaterialize: local files are registered at persist time.
 #[test]
 fn local_copies_of_a_persisted_checkpoint_survive_materialization() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"a").unwrap();
-    let (_, to1) = persist(&w, 0, 1);
-    w.confirm(0, to1, 1).unwrap();
-    w.append(0, b"b").unwrap();
-    let (_, to2) = persist(&w, 0, 2);
-    w.confirm(0, to2, 2).unwrap();
+    checkpoint(&w, 0, 1, b"a").unwrap();
+    let (_, to2) = checkpoint(&w, 0, 2, b"b").unwrap();
     w.append(0, b"c").unwrap();
     let (cp3, to3) = persist(&w, 0, 3);
     w.truncate(to2).unwrap(); // materialization of everything cp2 held
@@ -110,12 +103,9 @@ fn local_copies_of_a_persisted_checkpoint_survive_materialization() {
 /// points at a deleted local copy.
 #[test]
 fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=200b"]);
+    let (_tmp, storage) = open_temp(&["dstl.dfs.preemptive-persist-threshold=200b"]);
     let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"1").unwrap();
-    let (_, to1) = persist(&w, 0, 1);
-    w.confirm(0, to1, 1).unwrap();
+    checkpoint(&w, 0, 1, b"1").unwrap();
     w.append(0, &[2; 200]).unwrap(); // pre-emptive upload
     w.append(0, b"3").unwrap();
     let (cp2, to2) = persist(&w, 0, 2);
@@ -124,16 +114,13 @@ fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() 
     for file in local_paths(&cp2) {
         assert!(!exists(&file), "{file} of aborted cp2 survived");
     }
-    w.append(0, b"4").unwrap();
-    let (cp3, to3) = persist(&w, 0, 3);
-    w.confirm(0, to3, 3).unwrap();
+    let (cp3, _) = checkpoint(&w, 0, 3, b"4").unwrap();
     storage.wait_idle();
     // cp3 reuses change sets whose local copies are gone: it is remote-only rather than
     // pointing at deleted files.
     assert!(cp3.local.is_none());
     assert_eq!(storage.read(&cp3.remote).unwrap().len(), 4);
-    let (cp4, to4) = persist(&w, to2, 4);
-    w.confirm(to2, to4, 4).unwrap();
+    let (cp4, _) = persist_confirmed(&w, to2, 4);
     storage.wait_idle();
     assert!(local_paths(&cp4).iter().all(exists));
 }
@@ -142,8 +129,7 @@ fn aborting_a_checkpoint_discards_its_local_copies_and_nothing_points_at_them() 
 /// registers the files under its own id, so confirming it keeps them.
 #[test]
 fn a_checkpoint_waiting_on_an_earlier_upload_owns_its_local_copies() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.batch.persist-delay=100ms"]);
+    let (_tmp, storage) = open_temp(&["dstl.dfs.batch.persist-delay=100ms"]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"shared").unwrap();
     let to = w.next_sequence_number().unwrap();
@@ -163,8 +149,7 @@ fn a_checkpoint_waiting_on_an_earlier_upload_owns_its_local_copies() {
 /// F6: a local-disk failure degrades to a remote-only result instead of failing.
 #[test]
 fn a_failing_local_disk_degrades_to_remote_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let local_dir = storage.config().local_copies_dir();
     std::fs::remove_dir_all(&local_dir).unwrap();
     std::fs::write(&local_dir, b"not a directory").unwrap();
@@ -181,8 +166,7 @@ fn a_failing_local_disk_degrades_to_remote_only() {
 
 #[test]
 fn truncation_releases_local_copies_with_the_remote_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let local_dir = storage.config().local_copies_dir();
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"gone").unwrap();
@@ -193,13 +177,10 @@ fn truncation_releases_local_copies_with_the_remote_files() {
     assert!(files(&local_dir).is_empty());
 }
 
-/// Local copies are owned per writer: a file holding change sets of two writers stays
-/// while either still claims it. Writer A confirming a later checkpoint ends A's claim
-/// only; B's confirmed checkpoint keeps its local copy until B moves on too.
-#[test]
-fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.batch.persist-delay=200ms"]);
+/// Writers `a` and `b` of `storage` (whose batches wait long enough to gather both) that
+/// have each appended one change (`a1`, `b1`) and persisted it as checkpoint 1, into one
+/// file: each writer, its snapshot and the sequence number its checkpoint ends at.
+fn two_writers_in_one_file(storage: &ChangelogStorage) -> [(Writer, SnapshotResult, u64); 2] {
     let a = storage.create_writer("a", RANGE).unwrap();
     let b = storage.create_writer("b", RANGE).unwrap();
     a.append(0, b"a1").unwrap();
@@ -209,13 +190,21 @@ fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
     let (pa, pb) = (a.persist(0, 1).unwrap(), b.persist(0, 1).unwrap());
     let (a1, b1) = (pa.wait().unwrap(), pb.wait().unwrap());
     assert_eq!(local_paths(&a1), local_paths(&b1), "one batch, one file");
+    [(a, a1, a_to), (b, b1, b_to)]
+}
+
+/// Local copies are owned per writer: a file holding change sets of two writers stays
+/// while either still claims it. Writer A confirming a later checkpoint ends A's claim
+/// only; B's confirmed checkpoint keeps its local copy until B moves on too.
+#[test]
+fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
+    let (_tmp, storage) = open_temp(&["dstl.dfs.batch.persist-delay=200ms"]);
+    let [(a, _, a_to), (b, b1, b_to)] = two_writers_in_one_file(&storage);
     a.confirm(0, a_to, 1).unwrap();
     b.confirm(0, b_to, 1).unwrap();
     let shared = local_paths(&b1)[0].clone();
     // A checkpoints again and confirms: its claim on the shared copy ends.
-    a.append(0, b"a2").unwrap();
-    let (_, a2_to) = persist(&a, a_to, 2);
-    a.confirm(a_to, a2_to, 2).unwrap();
+    checkpoint(&a, a_to, 2, b"a2").unwrap();
     storage.wait_idle();
     assert!(
         exists(&shared),
@@ -226,9 +215,7 @@ fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
     let local = b1.local.clone().unwrap();
     assert_eq!(storage.read(&local).unwrap()[0].value, b"b1");
     // B moves on as well: nobody claims the copy, so it goes.
-    b.append(0, b"b2").unwrap();
-    let (_, b2_to) = persist(&b, b_to, 2);
-    b.confirm(b_to, b2_to, 2).unwrap();
+    checkpoint(&b, b_to, 2, b"b2").unwrap();
     storage.wait_idle();
     assert!(!exists(&shared));
     assert!(storage.local_registry().owners(&path).is_empty());
@@ -237,14 +224,8 @@ fn one_writers_confirm_keeps_local_copies_another_writer_still_needs() {
 /// An abort (reset) by one writer discards only that writer's local copies.
 #[test]
 fn one_writers_reset_keeps_another_writers_local_copies() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.batch.persist-delay=200ms"]);
-    let a = storage.create_writer("a", RANGE).unwrap();
-    let b = storage.create_writer("b", RANGE).unwrap();
-    a.append(0, b"a1").unwrap();
-    b.append(0, b"b1").unwrap();
-    let (pa, pb) = (a.persist(0, 1).unwrap(), b.persist(0, 1).unwrap());
-    let (_a1, b1) = (pa.wait().unwrap(), pb.wait().unwrap());
+    let (_tmp, storage) = open_temp(&["dstl.dfs.batch.persist-delay=200ms"]);
+    let [(a, _, _), (b, b1, _)] = two_writers_in_one_file(&storage);
     a.reset(0, 1, 1).unwrap();
     storage.wait_idle();
     let shared = local_paths(&b1)[0].clone();
@@ -259,12 +240,9 @@ fn one_writers_reset_keeps_another_writers_local_copies() {
 /// has no closed check there).
 #[test]
 fn confirm_after_close_discards_local_copies() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"one").unwrap();
-    let (first, to) = persist(&w, 0, 1);
-    w.confirm(0, to, 1).unwrap();
+    let (first, to) = checkpoint(&w, 0, 1, b"one").unwrap();
     w.append(0, b"two").unwrap();
     let (second, to2) = persist(&w, to, 2);
     w.close().unwrap();

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use dstl::manifest::ManifestFile;
-use dstl::{S3Store, Store, Writer};
-use dstl_tests::harness::{RANGE, checkpoint, open_s3, payloads, remote_paths};
+use dstl::{ChangelogStorage, Error, S3Store, Store, Writer};
+use dstl_tests::harness::{RANGE, checkpoint, gc_orphans, open_s3, payloads, remote_paths};
 use dstl_tests::seaweed::Seaweed;
 
 #[test]
@@ -93,34 +93,57 @@ fn conditional_create_accepts_our_own_write_only() {
     assert!(store.list().unwrap().is_empty());
 }
 
+/// A writer of a storage on `server`'s bucket under `prefix` (without batching delay,
+/// then `conf`) whose checkpoint 1 of `value` is acknowledged; then `fault` is done to
+/// the server and its checkpoint 2 fails, and `recover` undoes the fault, after which
+/// checkpoint 1 still reads back. Returns the storage, the writer, checkpoint 2's error
+/// and how long it took to fail.
+fn fails_after_fault(
+    server: &mut Seaweed,
+    prefix: &str,
+    conf: &[&str],
+    value: &[u8],
+    fault: fn(&mut Seaweed),
+    recover: fn(&mut Seaweed),
+) -> (ChangelogStorage, Writer, Error, Duration) {
+    let storage = open_s3(
+        server,
+        prefix,
+        &[&["dstl.dfs.batch.persist-delay=0"][..], conf].concat(),
+    );
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let (acknowledged, to) = checkpoint(&w, 0, 1, value).unwrap();
+    fault(server);
+    let started = Instant::now();
+    let error = checkpoint(&w, to, 2, b"lost").unwrap_err();
+    let elapsed = started.elapsed();
+    recover(server);
+    // The checkpoint acknowledged before the fault reads back.
+    assert_eq!(
+        payloads(&storage, &acknowledged.remote),
+        vec![value.to_vec()]
+    );
+    (storage, w, error, elapsed)
+}
+
 #[test]
 fn paused_server_makes_persists_fail_not_hang() {
-    let server = Seaweed::start("paused");
-    let storage = open_s3(
-        &server,
+    let mut server = Seaweed::start("paused");
+    let (storage, w, error, elapsed) = fails_after_fault(
+        &mut server,
         "p",
         &[
             "dstl.dfs.upload.timeout=300ms",
             "dstl.dfs.upload.max-attempts=2",
-            "dstl.dfs.batch.persist-delay=0",
         ],
+        b"acknowledged",
+        |server| server.pause(),
+        |server| server.resume(),
     );
-    let w = storage.create_writer("op", RANGE).unwrap();
-    let (acknowledged, to) = checkpoint(&w, 0, 1, b"acknowledged").unwrap();
-    server.pause();
-    let started = Instant::now();
-    let error = checkpoint(&w, to, 2, b"lost").unwrap_err();
-    let elapsed = started.elapsed();
-    server.resume();
     assert!(error.to_string().contains("timed out"), "{error}");
     assert!(
         elapsed < Duration::from_secs(30),
         "failed after {elapsed:?}"
-    );
-    // The checkpoint acknowledged before the fault reads back.
-    assert_eq!(
-        payloads(&storage, &acknowledged.remote),
-        vec![b"acknowledged".to_vec()]
     );
     // And the writer goes on once the server is back.
     let sqn = w.next_sequence_number().unwrap();
@@ -131,27 +154,19 @@ fn paused_server_makes_persists_fail_not_hang() {
 #[test]
 fn killed_server_makes_persists_fail_and_acknowledged_data_survives() {
     let mut server = Seaweed::start("killed");
-    let storage = open_s3(
-        &server,
+    let (_storage, _w, error, elapsed) = fails_after_fault(
+        &mut server,
         "k",
         &[
             "dstl.dfs.upload.timeout=2s",
             "dstl.dfs.upload.next-attempt-delay=50ms",
-            "dstl.dfs.batch.persist-delay=0",
         ],
+        b"before the crash",
+        Seaweed::kill,
+        Seaweed::restart,
     );
-    let w = storage.create_writer("op", RANGE).unwrap();
-    let (acknowledged, to) = checkpoint(&w, 0, 1, b"before the crash").unwrap();
-    server.kill();
-    let started = Instant::now();
-    let error = checkpoint(&w, to, 2, b"lost").unwrap_err();
     assert!(error.to_string().contains("after 3 attempts"), "{error}");
-    assert!(started.elapsed() < Duration::from_secs(60));
-    server.restart();
-    assert_eq!(
-        payloads(&storage, &acknowledged.remote),
-        vec![b"before the crash".to_vec()]
-    );
+    assert!(elapsed < Duration::from_secs(60));
 }
 
 #[test]
@@ -176,36 +191,23 @@ fn gc_finds_and_deletes_orphans_in_the_bucket() {
     assert_eq!(listing.leases.len(), 1, "{:?}", listing.leases);
     assert!(listing.leases[0].is_live(std::time::SystemTime::now()));
     let files = listing.files;
-    let young = dstl::gc::classify(
-        &dstl::gc::Listing {
-            files: files.clone(),
-            ..Default::default()
-        },
+    let (young, _) = gc_orphans(
+        files.clone(),
         &live,
         Duration::from_secs(3600),
         std::time::SystemTime::now(),
-    )
-    .unwrap();
+    );
     assert!(
-        young.orphans.is_empty(),
+        young.is_empty(),
         "nothing is an orphan within the grace period"
     );
-    let report = dstl::gc::classify(
-        &dstl::gc::Listing {
-            files,
-            ..Default::default()
-        },
+    let (orphans, report) = gc_orphans(
+        files,
         &live,
         Duration::ZERO,
         std::time::SystemTime::now() + Duration::from_secs(1),
-    )
-    .unwrap();
-    let orphans: Vec<&str> = report
-        .orphans
-        .iter()
-        .map(|o| o.file.path.as_str())
-        .collect();
-    assert_eq!(orphans, vec![orphan.as_str()]);
+    );
+    assert_eq!(orphans, vec![orphan.clone()]);
     assert_eq!(dstl::gc::delete(&config, &report).unwrap(), 1);
     let left: Vec<String> = storage
         .store()

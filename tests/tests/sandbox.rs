@@ -10,7 +10,8 @@ use std::time::Duration;
 use dstl::{
     ChangelogStorage, Error, SnapshotResult, TrapKind, Writer, WriterComponent, WriterOptions,
 };
-use dstl_tests::harness::{RANGE, break_dir, files, remote_paths};
+use dstl_tests::harness::{RANGE, break_dir, files, in_temp_dir, remote_paths};
+use tempfile::TempDir;
 
 /// The misbehaving component, as `tests/build.rs` built it.
 const HOSTILE: &[u8] = include_bytes!(env!("DSTL_HOSTILE_GUEST_WASM"));
@@ -20,6 +21,12 @@ fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, WriterComponent) {
     let storage = dstl_tests::harness::open(dir, conf);
     let hostile = storage.compile_component(HOSTILE).unwrap();
     (storage, hostile)
+}
+
+/// [`open`] over a fresh temporary directory, which must outlive the storage.
+fn open_temp(conf: &[&str]) -> (TempDir, ChangelogStorage, WriterComponent) {
+    let (tmp, (storage, hostile)) = in_temp_dir(|dir| open(dir, conf));
+    (tmp, storage, hostile)
 }
 
 fn hostile(
@@ -65,8 +72,7 @@ fn expect_trap(result: Result<(), Error>, expected: TrapKind, mentions: &str) ->
 
 #[test]
 fn releasing_another_writers_file_traps_the_releaser_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &[]);
+    let (_tmp, storage, component) = open_temp(&[]);
     let (healthy, snapshot) = returned_snapshot(&storage, b"precious");
     let path = remote_paths(&snapshot)[0].clone();
     let count = storage.task_registry().count(&path);
@@ -99,8 +105,7 @@ fn releasing_another_writers_file_traps_the_releaser_only() {
 
 #[test]
 fn stop_tracking_another_writers_file_traps_the_caller() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &[]);
+    let (_tmp, storage, component) = open_temp(&[]);
     let (_healthy, snapshot) = returned_snapshot(&storage, b"tracked");
     let path = remote_paths(&snapshot)[0].clone();
     let h = hostile(&storage, &component, WriterOptions::default());
@@ -115,8 +120,7 @@ fn stop_tracking_another_writers_file_traps_the_caller() {
 
 #[test]
 fn registering_another_writers_local_copy_traps_and_discards_touch_only_own_claims() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &["dstl.local-recovery.enabled=true"]);
+    let (_tmp, storage, component) = open_temp(&["dstl.local-recovery.enabled=true"]);
     let (healthy, snapshot) = returned_snapshot(&storage, b"local");
     let local = snapshot.local.as_ref().unwrap().entries[0]
         .handle
@@ -144,8 +148,7 @@ fn registering_another_writers_local_copy_traps_and_discards_touch_only_own_clai
 
 #[test]
 fn a_guest_that_computes_past_its_deadline_is_still_interrupted() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &[]);
+    let (_tmp, storage, component) = open_temp(&[]);
     let h = hostile(
         &storage,
         &component,
@@ -160,19 +163,15 @@ fn a_guest_that_computes_past_its_deadline_is_still_interrupted() {
 
 #[test]
 fn waiting_in_the_host_does_not_use_up_the_deadline() {
-    let tmp = tempfile::tempdir().unwrap();
     // Uploads fail and are retried after 300 ms, their bytes in flight all the while, so
     // the second schedule blocks on the in-flight limit for about that long.
-    let (storage, component) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=10b",
-            "dstl.dfs.upload.max-in-flight=10b",
-            "dstl.dfs.upload.max-attempts=2",
-            "dstl.dfs.upload.next-attempt-delay=300ms",
-        ],
-    );
+    let (_tmp, storage, component) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=10b",
+        "dstl.dfs.upload.max-in-flight=10b",
+        "dstl.dfs.upload.max-attempts=2",
+        "dstl.dfs.upload.next-attempt-delay=300ms",
+    ]);
     break_dir(&storage.config().job_dir());
     let h = hostile(
         &storage,
@@ -192,8 +191,7 @@ fn waiting_in_the_host_does_not_use_up_the_deadline() {
 
 #[test]
 fn panics_and_memory_growth_trap_with_their_kind() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &[]);
+    let (_tmp, storage, component) = open_temp(&[]);
     panics_and_memory_growth_trap(&storage, &component);
 }
 
@@ -218,8 +216,7 @@ fn panics_and_memory_growth_trap(storage: &ChangelogStorage, component: &WriterC
 /// contained: explicit bounds checks turn them into the same traps.
 #[test]
 fn without_signal_handlers_guest_faults_still_trap_with_their_kind() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &["dstl.writer.signals-based-traps=false"]);
+    let (_tmp, storage, component) = open_temp(&["dstl.writer.signals-based-traps=false"]);
     panics_and_memory_growth_trap(&storage, &component);
     // A healthy writer of the same storage works on.
     let (writer, snapshot) = returned_snapshot(&storage, b"after the traps");
@@ -254,8 +251,7 @@ fn storages_of_one_process_can_share_an_engine_and_its_pool() {
 
 #[test]
 fn a_component_that_is_not_a_writer_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, _) = open(tmp.path(), &[]);
+    let (_tmp, storage, _) = open_temp(&[]);
     let error = storage.compile_component(b"\0asm not really").unwrap_err();
     assert!(matches!(error, Error::Setup { .. }), "{error}");
 }
@@ -264,8 +260,7 @@ fn a_component_that_is_not_a_writer_is_refused() {
 /// do not.
 #[test]
 fn a_dropped_writer_releases_only_what_no_returned_snapshot_names() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, _) = open(tmp.path(), &["dstl.dfs.preemptive-persist-threshold=1kb"]);
+    let (_tmp, storage, _) = open_temp(&["dstl.dfs.preemptive-persist-threshold=1kb"]);
     let (healthy, snapshot) = returned_snapshot(&storage, b"returned");
     healthy.append(3, &[9; 2048]).unwrap(); // a pre-emptive upload, in no snapshot
     storage.wait_idle();
@@ -286,15 +281,11 @@ fn a_dropped_writer_releases_only_what_no_returned_snapshot_names() {
 /// fault of that writer; nothing of it is uploaded, and other writers carry on.
 #[test]
 fn upload_tasks_that_lie_about_their_contents_trap_their_writer() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-            "dstl.dfs.upload.max-in-flight=1kb",
-        ],
-    );
+    let (_tmp, storage, component) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=0",
+        "dstl.dfs.upload.max-in-flight=1kb",
+    ]);
     for (misbehaviour, mentions) in [
         (
             "schedule-lying 4000000",
@@ -329,8 +320,7 @@ fn upload_tasks_that_lie_about_their_contents_trap_their_writer() {
 /// writer: one naming another writer's file is a guest fault, and the file stays.
 #[test]
 fn a_snapshot_naming_another_writers_file_traps_the_forger() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, component) = open(tmp.path(), &[]);
+    let (_tmp, storage, component) = open_temp(&[]);
     let (healthy, snapshot) = returned_snapshot(&storage, b"someone else's");
     let path = remote_paths(&snapshot)[0].clone();
     let h = hostile(&storage, &component, WriterOptions::default());
@@ -349,14 +339,10 @@ fn answers_larger_than_wasmtimes_default_hostcall_budget_reach_the_caller() {
     // lists every change set once per persist: here 400 persists of 3,000 change sets,
     // 1.2 million handle entries, more than the 128 MiB wasmtime lets a call lift by
     // default. A legitimate answer is bounded by the guest's memory, not by that.
-    let dir = tempfile::tempdir().unwrap();
-    let storage = dstl_tests::harness::open(
-        dir.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=3s",
-            "dstl.writer.memory-limit=1gb",
-        ],
-    );
+    let (_tmp, storage) = dstl_tests::harness::open_temp(&[
+        "dstl.dfs.batch.persist-delay=3s",
+        "dstl.writer.memory-limit=1gb",
+    ]);
     let w = storage.create_writer("big-answers", RANGE).unwrap();
     const SETS: u64 = 3_000;
     const PERSISTS: i64 = 400;
@@ -383,16 +369,12 @@ fn answers_larger_than_wasmtimes_default_hostcall_budget_reach_the_caller() {
 /// again during unwinding, which aborts the process (a TaskManager's JVM).
 #[test]
 fn a_host_panic_in_a_call_fails_that_writer_alone_with_a_typed_error() {
-    let tmp = tempfile::tempdir().unwrap();
     // Batches leave at 1 KiB or after a day: the first persist is still waiting when its
     // writer fails.
-    let storage = dstl_tests::harness::open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=1d",
-            "dstl.dfs.batch.persist-size-threshold=1kb",
-        ],
-    );
+    let (_tmp, storage) = dstl_tests::harness::open_temp(&[
+        "dstl.dfs.batch.persist-delay=1d",
+        "dstl.dfs.batch.persist-size-threshold=1kb",
+    ]);
     let broken = storage.create_writer("broken", RANGE).unwrap();
     let other = storage.create_writer("other", RANGE).unwrap();
     broken.append(1, b"one").unwrap();

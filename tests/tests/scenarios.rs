@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 
 use dstl::manifest::ManifestFile;
-use dstl::{Error, TrapKind, WriterError, WriterOptions};
+use dstl::{ChangelogStorage, Error, TrapKind, WriterError, WriterOptions};
 use dstl_tests::harness::{
-    RANGE, break_dir, by_key_group, changes, files, open, path_strings, upload_error,
+    RANGE, break_dir, by_key_group, changes, files, open_temp, path_strings, upload_error,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -19,8 +19,7 @@ use rand_chacha::ChaCha8Rng;
 // Adds over upload-failure-fails-only-the-failed-changes: a real store's typed I/O error, its path.
 #[test]
 fn upload_failure_of_the_directory_store_is_typed_and_names_the_path() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=10ms"]);
+    let (_tmp, storage) = open_temp(&["dstl.dfs.upload.next-attempt-delay=10ms"]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let dir = storage.config().job_dir();
     break_dir(&dir);
@@ -41,8 +40,7 @@ fn upload_failure_of_the_directory_store_is_typed_and_names_the_path() {
 // Adds over close-fails-pending-persists-and-releases-late-uploads: unforced close/upload races.
 #[test]
 fn close_fails_pending_persists_and_releases_late_uploads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let mut returned = Vec::new();
     for _ in 0..20 {
         let w = storage.create_writer("op", RANGE).unwrap();
@@ -71,8 +69,7 @@ fn close_fails_pending_persists_and_releases_late_uploads() {
 // Adds over a-trapped-writer-keeps-files-of-returned-snapshots: the file's reference count is 1.
 #[test]
 fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     let w = storage
         .create_writer_with("doomed", RANGE, WriterOptions::new().memory_limit(2 << 20))
         .unwrap();
@@ -95,14 +92,10 @@ fn a_trapped_writer_keeps_the_files_of_returned_snapshots() {
 #[test]
 fn random_round_trips_many_writers() {
     for compression in [false, true] {
-        let tmp = tempfile::tempdir().unwrap();
-        let storage = open(
-            tmp.path(),
-            &[
-                &format!("dstl.dfs.compression.enabled={compression}"),
-                "dstl.dfs.preemptive-persist-threshold=3kb",
-            ],
-        );
+        let (_tmp, storage) = open_temp(&[
+            &format!("dstl.dfs.compression.enabled={compression}"),
+            "dstl.dfs.preemptive-persist-threshold=3kb",
+        ]);
         std::thread::scope(|scope| {
             for writer in 0..4 {
                 let storage = &storage;
@@ -154,11 +147,7 @@ fn random_round_trips_many_writers() {
 
 #[test]
 fn files_go_to_base_job_dstl() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(
-        tmp.path(),
-        &["dstl.job-id=000000000000002a466c696e6b416e63"],
-    );
+    let (tmp, storage) = open_temp(&["dstl.job-id=000000000000002a466c696e6b416e63"]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"x").unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
@@ -196,27 +185,31 @@ fn empty_file_with_and_without_compression() {
     assert!(dstl::codec::logical_bytes(&compressed).unwrap().is_empty());
 }
 
-#[test]
-fn task_registry_discards_when_not_used() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let file = storage.config().job_dir().join("tracked");
+/// A file `name` written in `storage`'s job directory that its task registry tracks for
+/// two holders: the file, and its path as handles spell it.
+fn tracked_twice(storage: &ChangelogStorage, name: &str) -> (PathBuf, String) {
+    let file = storage.config().job_dir().join(name);
     std::fs::write(&file, b"x").unwrap();
     let path = file.to_string_lossy().into_owned();
-    let registry = storage.task_registry();
-    registry.start_tracking(&path, 2);
-    registry.release(&path);
+    storage.task_registry().start_tracking(&path, 2);
+    (file, path)
+}
+
+#[test]
+fn task_registry_discards_when_not_used() {
+    let (_tmp, storage) = open_temp(&[]);
+    let (file, path) = tracked_twice(&storage, "tracked");
+    storage.task_registry().release(&path);
     storage.wait_idle();
     assert!(file.exists());
-    registry.release(&path);
+    storage.task_registry().release(&path);
     storage.wait_idle();
     assert!(!file.exists());
 }
 
 #[test]
 fn registries_never_delete_outside_their_stores() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (tmp, storage) = open_temp(&[]);
     let outside = tmp.path().join("precious");
     std::fs::write(&outside, b"x").unwrap();
     let path = outside.to_string_lossy().into_owned();
@@ -233,13 +226,9 @@ fn registries_never_delete_outside_their_stores() {
 
 #[test]
 fn task_registry_keeps_files_that_stopped_being_tracked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
-    let file = storage.config().job_dir().join("confirmed");
-    std::fs::write(&file, b"x").unwrap();
-    let path = file.to_string_lossy().into_owned();
+    let (_tmp, storage) = open_temp(&[]);
+    let (file, path) = tracked_twice(&storage, "confirmed");
     let registry = storage.task_registry();
-    registry.start_tracking(&path, 2);
     registry.stop_tracking(&path);
     registry.release(&path);
     registry.release(&path);
@@ -249,8 +238,7 @@ fn task_registry_keeps_files_that_stopped_being_tracked() {
 
 #[test]
 fn local_registry_discards_below_checkpoint() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &["dstl.local-recovery.enabled=true"]);
+    let (_tmp, storage) = open_temp(&["dstl.local-recovery.enabled=true"]);
     let local_dir = storage.config().local_copies_dir().canonicalize().unwrap();
     let [h1, h2, h3] = ["h1", "h2", "h3"].map(|n| {
         let p = local_dir.join(n);
@@ -286,8 +274,7 @@ fn local_registry_discards_below_checkpoint() {
 /// change under one lock).
 #[test]
 fn an_append_racing_close_is_never_accepted_after_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (_tmp, storage) = open_temp(&[]);
     for round in 0..200 {
         let w = storage.create_writer("op", RANGE).unwrap();
         let error = std::thread::scope(|s| {
@@ -323,8 +310,7 @@ fn an_append_racing_close_is_never_accepted_after_it() {
 /// acknowledged checkpoint reads back.
 #[test]
 fn gc_during_a_live_job_keeps_what_the_next_checkpoint_needs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(tmp.path(), &[]);
+    let (tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let manifests = tmp.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();

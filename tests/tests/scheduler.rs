@@ -9,16 +9,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dstl::{ChangelogStorage, Error, SnapshotResult, UploadError};
+use dstl::{ChangelogStorage, Error, SnapshotResult, UploadError, Writer};
 use dstl_tests::fault_store::{Fault, FaultStore};
 use dstl_tests::harness::{
-    EVENTUALLY, RANGE, files, path_strings, payloads, remote_paths, spawn, upload_error,
+    EVENTUALLY, RANGE, files, in_temp_dir, path_strings, payloads, remote_paths, spawn,
+    upload_error,
 };
+use tempfile::TempDir;
 
 /// A storage over `dir` (the harness's, with up to 16 writers) whose uploads go to a
 /// [`FaultStore`] with nothing planned yet, then `conf`.
 fn open(dir: &Path, conf: &[&str]) -> (ChangelogStorage, Arc<FaultStore>) {
     dstl_tests::harness::open_faulty(dir, &[&["dstl.writer.max-writers=16"][..], conf].concat())
+}
+
+/// [`open`] over a fresh temporary directory, which must outlive the storage.
+fn open_temp(conf: &[&str]) -> (TempDir, ChangelogStorage, Arc<FaultStore>) {
+    let (tmp, (storage, store)) = in_temp_dir(|dir| open(dir, conf));
+    (tmp, storage, store)
+}
+
+/// [`open_temp`] with `faults` planned for the store, and a writer `op` of the storage
+/// that has appended `value` to key group 0.
+fn planned(
+    conf: &[&str],
+    faults: impl IntoIterator<Item = Fault>,
+    value: &[u8],
+) -> (TempDir, ChangelogStorage, Arc<FaultStore>, Writer) {
+    let (tmp, storage, store) = open_temp(conf);
+    store.plan(faults);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    w.append(0, value).unwrap();
+    (tmp, storage, store, w)
 }
 
 /// The files the snapshot's remote handle names.
@@ -30,14 +52,10 @@ fn paths(snapshot: &SnapshotResult) -> HashSet<String> {
 
 #[test]
 fn without_delay_and_threshold_every_task_uploads_alone() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=0",
+    ]);
     let mut files = HashSet::new();
     for i in 0..3u8 {
         let w = storage.create_writer(&format!("op-{i}"), RANGE).unwrap();
@@ -59,15 +77,11 @@ fn without_delay_and_threshold_every_task_uploads_alone() {
 /// half the threshold or more still leaves at once.
 #[test]
 fn preemptive_uploads_wait_for_company_and_a_persists_large_task_leaves_at_once() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=1h",
-            "dstl.dfs.batch.persist-size-threshold=1000b",
-            "dstl.dfs.preemptive-persist-threshold=600b",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=1h",
+        "dstl.dfs.batch.persist-size-threshold=1000b",
+        "dstl.dfs.preemptive-persist-threshold=600b",
+    ]);
     let a = storage.create_writer("a", RANGE).unwrap();
     let b = storage.create_writer("b", RANGE).unwrap();
     a.append(1, &[1; 600]).unwrap();
@@ -96,14 +110,10 @@ fn preemptive_uploads_wait_for_company_and_a_persists_large_task_leaves_at_once(
 
 #[test]
 fn size_threshold_sends_one_batch_of_all_writers_in_one_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=1h",
-            "dstl.dfs.batch.persist-size-threshold=77b",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=1h",
+        "dstl.dfs.batch.persist-size-threshold=77b",
+    ]);
     let writers: Vec<_> = (0..7)
         .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
         .collect();
@@ -143,8 +153,7 @@ fn size_threshold_sends_one_batch_of_all_writers_in_one_file() {
 
 #[test]
 fn delay_batches_persists_arriving_within_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=1s"]);
+    let (_tmp, storage, store) = open_temp(&["dstl.dfs.batch.persist-delay=1s"]);
     let writers: Vec<_> = (0..4)
         .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
         .collect();
@@ -168,8 +177,7 @@ fn delay_batches_persists_arriving_within_it() {
 
 #[test]
 fn eight_writers_share_few_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, _) = open(tmp.path(), &[]);
+    let (_tmp, storage, _) = open_temp(&[]);
     let workload = dstl_cli::workload::Workload {
         writers: 8,
         changes: 80_000,
@@ -198,8 +206,7 @@ fn run_deleting_subsumed(
     conf: &[&str],
     workload: &dstl_cli::workload::Workload,
 ) -> dstl_cli::workload::Summary {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), conf);
+    let (_tmp, storage, store) = open_temp(conf);
     let summary = dstl_cli::workload::run(&storage, workload, &|_| {}).unwrap();
     assert!(summary.verified, "{summary:?}");
     assert_eq!(
@@ -266,14 +273,10 @@ fn a_run_defers_checkpoints_past_its_cap_on_pending_ones() {
 
 #[test]
 fn transient_failures_are_retried_and_leave_one_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.upload.max-attempts=5",
-            "dstl.dfs.upload.next-attempt-delay=0",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.upload.max-attempts=5",
+        "dstl.dfs.upload.next-attempt-delay=0",
+    ]);
     store.plan([Fault::Fail, Fault::Fail, Fault::Fail, Fault::Fail]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(3, b"survives").unwrap();
@@ -294,8 +297,7 @@ fn transient_failures_are_retried_and_leave_one_file() {
 
 #[test]
 fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.next-attempt-delay=5ms"]);
+    let (_tmp, storage, store) = open_temp(&["dstl.dfs.upload.next-attempt-delay=5ms"]);
     store.set_broken(true);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"doomed").unwrap();
@@ -321,11 +323,11 @@ fn permanent_failure_fails_the_persist_with_its_cause_and_leaves_nothing() {
 
 #[test]
 fn a_hung_upload_is_overtaken_and_its_late_file_deleted() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.timeout=200ms"]);
-    store.plan([Fault::Hang]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"speculative").unwrap();
+    let (_tmp, storage, store, w) = planned(
+        &["dstl.dfs.upload.timeout=200ms"],
+        [Fault::Hang],
+        b"speculative",
+    );
     let started = Instant::now();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
     assert!(started.elapsed() >= Duration::from_millis(200));
@@ -350,17 +352,14 @@ fn a_hung_upload_is_overtaken_and_its_late_file_deleted() {
 
 #[test]
 fn a_speculative_losers_local_copy_is_deleted_too() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
+    let (_tmp, storage, store, w) = planned(
         &[
             "dstl.dfs.upload.timeout=200ms",
             "dstl.local-recovery.enabled=true",
         ],
+        [Fault::Hang],
+        b"twice",
     );
-    store.plan([Fault::Hang]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"twice").unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
     store.open_gate();
     storage.wait_idle();
@@ -374,17 +373,14 @@ fn a_speculative_losers_local_copy_is_deleted_too() {
 
 #[test]
 fn last_attempt_timing_out_fails_and_the_late_file_is_deleted() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
+    let (_tmp, storage, store, w) = planned(
         &[
             "dstl.dfs.upload.timeout=100ms",
             "dstl.dfs.upload.max-attempts=1",
         ],
+        [Fault::Hang],
+        b"late",
     );
-    store.plan([Fault::Hang]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"late").unwrap();
     let error = w.persist(0, 1).unwrap().wait().unwrap_err();
     assert!(
         error
@@ -399,25 +395,18 @@ fn last_attempt_timing_out_fails_and_the_late_file_is_deleted() {
 
 #[test]
 fn retry_policy_none_makes_a_single_attempt() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(tmp.path(), &["dstl.dfs.upload.retry-policy=none"]);
-    store.plan([Fault::Fail]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"x").unwrap();
+    let (_tmp, _storage, store, w) =
+        planned(&["dstl.dfs.upload.retry-policy=none"], [Fault::Fail], b"x");
     assert!(w.persist(0, 1).unwrap().wait().is_err());
     assert_eq!(store.creates(), 1);
 }
 
 #[test]
 fn writers_closed_with_uploads_in_flight_leave_only_referenced_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=20ms",
-            "dstl.dfs.preemptive-persist-threshold=2kb",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=20ms",
+        "dstl.dfs.preemptive-persist-threshold=2kb",
+    ]);
     let mut live = HashSet::new();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..6)
@@ -461,16 +450,12 @@ fn writers_closed_with_uploads_in_flight_leave_only_referenced_files() {
 
 #[test]
 fn back_pressure_blocks_until_uploads_complete() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-            "dstl.dfs.upload.max-in-flight=1000b",
-            "dstl.dfs.upload.timeout=0",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=0",
+        "dstl.dfs.upload.max-in-flight=1000b",
+        "dstl.dfs.upload.timeout=0",
+    ]);
     store.plan([Fault::Hang]);
     let storage = Arc::new(storage);
     let a = storage.create_writer("a", RANGE).unwrap();
@@ -506,15 +491,11 @@ fn back_pressure_blocks_until_uploads_complete() {
 
 #[test]
 fn a_task_above_the_limit_is_admitted_when_below_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, _) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.upload.max-in-flight=100b",
-            "dstl.dfs.batch.persist-size-threshold=10b",
-        ],
-    );
+    let (_tmp, storage, _) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.upload.max-in-flight=100b",
+        "dstl.dfs.batch.persist-size-threshold=10b",
+    ]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, &[7; 101]).unwrap();
     let snapshot = w.persist(0, 1).unwrap().wait().unwrap();
@@ -526,18 +507,14 @@ fn a_task_above_the_limit_is_admitted_when_below_it() {
 /// blocks on capacity.
 #[test]
 fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-            "dstl.dfs.upload.max-in-flight=10b",
-            "dstl.dfs.upload.num-threads=1",
-            "dstl.dfs.upload.timeout=0",
-            "dstl.dfs.preemptive-persist-threshold=0",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=0",
+        "dstl.dfs.upload.max-in-flight=10b",
+        "dstl.dfs.upload.num-threads=1",
+        "dstl.dfs.upload.timeout=0",
+        "dstl.dfs.preemptive-persist-threshold=0",
+    ]);
     store.plan([Fault::Hang, Fault::Hang]);
     let storage = Arc::new(storage);
     let s = storage.clone();
@@ -564,14 +541,10 @@ fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
 
 #[test]
 fn metrics_count_uploads_sizes_and_failures() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.upload.retry-policy=none",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.upload.retry-policy=none",
+    ]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let mut from = 0;
     for i in 0..5 {
@@ -603,15 +576,11 @@ fn metrics_count_uploads_sizes_and_failures() {
 
 #[test]
 fn metrics_of_batches_attempts_and_queue() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=1h",
-            "dstl.dfs.batch.persist-size-threshold=5b",
-            "dstl.dfs.upload.next-attempt-delay=0",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=1h",
+        "dstl.dfs.batch.persist-size-threshold=5b",
+        "dstl.dfs.upload.next-attempt-delay=0",
+    ]);
     let writers: Vec<_> = (0..5)
         .map(|i| storage.create_writer(&format!("op-{i}"), RANGE).unwrap())
         .collect();
@@ -653,8 +622,7 @@ fn metrics_of_batches_attempts_and_queue() {
 
 #[test]
 fn closing_the_storage_fails_queued_uploads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, _) = open(tmp.path(), &["dstl.dfs.batch.persist-delay=1h"]);
+    let (_tmp, storage, _) = open_temp(&["dstl.dfs.batch.persist-delay=1h"]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, b"queued").unwrap();
     let pending = w.persist(0, 1).unwrap();
@@ -684,17 +652,13 @@ fn closing_the_storage_fails_queued_uploads() {
 /// than its call deadline is not interrupted: the deadline counts guest time only.
 #[test]
 fn waiting_for_capacity_does_not_count_against_the_call_deadline() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-            "dstl.dfs.upload.max-in-flight=10b",
-            "dstl.dfs.upload.timeout=0",
-            "dstl.writer.call-timeout=5ms",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=0",
+        "dstl.dfs.upload.max-in-flight=10b",
+        "dstl.dfs.upload.timeout=0",
+        "dstl.writer.call-timeout=5ms",
+    ]);
     store.plan([Fault::Delay(Duration::from_millis(300))]);
     let w = storage.create_writer("patient", RANGE).unwrap();
     w.append(0, &[1; 10]).unwrap();
@@ -726,18 +690,15 @@ fn waiting_for_capacity_does_not_count_against_the_call_deadline() {
 /// fails instead of staying pending for as long as the writer lives.
 #[test]
 fn close_fails_persists_whose_uploads_are_still_running() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
+    let (_tmp, storage, store, w) = planned(
         &[
             "dstl.dfs.batch.persist-delay=0",
             "dstl.dfs.upload.timeout=0",
             "dstl.dfs.upload.max-attempts=1",
         ],
+        [Fault::Hang],
+        b"hung",
     );
-    store.plan([Fault::Hang]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"hung").unwrap();
     let pending = w.persist(0, 1).unwrap();
     let started = Instant::now();
     storage.close();
@@ -766,14 +727,10 @@ fn close_fails_persists_whose_uploads_are_still_running() {
 /// deletes the files no returned snapshot names.
 #[test]
 fn releases_after_close_are_carried_out() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.preemptive-persist-threshold=10b",
-        ],
-    );
+    let (_tmp, storage, store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.preemptive-persist-threshold=10b",
+    ]);
     let w = storage.create_writer("op", RANGE).unwrap();
     w.append(0, &[5; 20]).unwrap(); // uploaded pre-emptively, named by no snapshot
     storage.wait_idle();
@@ -789,14 +746,10 @@ fn releases_after_close_are_carried_out() {
 #[test]
 fn deletions_run_on_at_most_discard_num_threads() {
     for threads in [1u32, 3] {
-        let tmp = tempfile::tempdir().unwrap();
-        let (storage, store) = open(
-            tmp.path(),
-            &[
-                "dstl.dfs.batch.persist-delay=0",
-                &format!("dstl.dfs.discard.num-threads={threads}"),
-            ],
-        );
+        let (_tmp, storage, store) = open_temp(&[
+            "dstl.dfs.batch.persist-delay=0",
+            &format!("dstl.dfs.discard.num-threads={threads}"),
+        ]);
         let w = storage.create_writer("op", RANGE).unwrap();
         let mut from = 0;
         for cp in 1..=8 {
@@ -824,19 +777,16 @@ fn deletions_run_on_at_most_discard_num_threads() {
 /// `max-attempts × timeout` whatever the store does.
 #[test]
 fn a_frozen_store_fails_persists_within_the_retry_policy() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open(
-        tmp.path(),
+    let (_tmp, storage, store, w) = planned(
         &[
             "dstl.dfs.batch.persist-delay=0",
             "dstl.dfs.upload.num-threads=1",
             "dstl.dfs.upload.timeout=200ms",
             "dstl.dfs.upload.max-attempts=2",
         ],
+        [Fault::Hang, Fault::Hang, Fault::Hang, Fault::Hang],
+        b"frozen",
     );
-    store.plan([Fault::Hang, Fault::Hang, Fault::Hang, Fault::Hang]);
-    let w = storage.create_writer("op", RANGE).unwrap();
-    w.append(0, b"frozen").unwrap();
     let started = Instant::now();
     let first = w.persist(0, 1).unwrap();
     let from = w.next_sequence_number().unwrap();
@@ -868,19 +818,16 @@ fn a_frozen_store_fails_persists_within_the_retry_policy() {
 #[test]
 fn closing_a_writer_ends_its_call_waiting_for_capacity() {
     for own_lock in [false, true] {
-        let tmp = tempfile::tempdir().unwrap();
-        let (storage, store) = open(
-            tmp.path(),
+        let (_tmp, _storage, store, w) = planned(
             &[
                 "dstl.dfs.batch.persist-delay=0",
                 "dstl.dfs.batch.persist-size-threshold=0",
                 "dstl.dfs.upload.max-in-flight=10b",
                 "dstl.dfs.upload.timeout=0",
             ],
+            [Fault::Hang],
+            &[1; 10],
         );
-        store.plan([Fault::Hang]);
-        let w = storage.create_writer("op", RANGE).unwrap();
-        w.append(0, &[1; 10]).unwrap();
         let _first = w.persist(0, 1).unwrap();
         let from = w.next_sequence_number().unwrap();
         w.append(0, &[2; 10]).unwrap();
@@ -936,14 +883,10 @@ fn closing_a_writer_ends_its_call_waiting_for_capacity() {
 /// is needed, however the uploads' completions interleave with its appends.
 #[test]
 fn persists_of_an_idle_writer_complete_without_further_calls() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, _store) = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.batch.persist-size-threshold=0",
-        ],
-    );
+    let (_tmp, storage, _store) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.dfs.batch.persist-size-threshold=0",
+    ]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let mut pending = Vec::new();
     let mut from = 0;

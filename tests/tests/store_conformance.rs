@@ -4,6 +4,7 @@
 //! store of the other tests with no fault planned (it must behave as the local store it
 //! wraps). Each test runs every check and names all that fail.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use dstl::{LocalStore, S3Store, Store};
@@ -11,36 +12,33 @@ use dstl_tests::conformance::{SameBytesAgain, Subject, check_store};
 use dstl_tests::fault_store::FaultStore;
 use dstl_tests::seaweed::Seaweed;
 
-#[test]
-fn local_store_conforms() {
+/// Runs the suite against a local store `open` builds over a directory of a fresh
+/// temporary directory; local stores refuse the same bytes again.
+fn check_local_store(name: &str, open: impl Fn(&Path) -> Arc<dyn Store> + Sync) {
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
     check_store(&Subject {
-        name: "LocalStore",
-        open: &|location| -> Arc<dyn Store> {
-            Arc::new(LocalStore::open(&root.join(location)).unwrap())
-        },
+        name,
+        open: &|location| open(&tmp.path().join(location)),
         same_bytes_again: SameBytesAgain::Refused,
     });
+}
+
+#[test]
+fn local_store_conforms() {
+    check_local_store("LocalStore", |dir| Arc::new(LocalStore::open(dir).unwrap()));
 }
 
 /// Parts gathered through a 3-byte buffer (and written directly when larger), without
 /// fsync (`dstl.dfs.upload.buffer-size`, `dstl.dfs.local.fsync`).
 #[test]
 fn local_store_with_a_small_buffer_and_no_fsync_conforms() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    check_store(&Subject {
-        name: "LocalStore (3-byte buffer, no fsync)",
-        open: &|location| -> Arc<dyn Store> {
-            Arc::new(
-                LocalStore::open(&root.join(location))
-                    .unwrap()
-                    .with_buffer_size(3)
-                    .with_fsync(false),
-            )
-        },
-        same_bytes_again: SameBytesAgain::Refused,
+    check_local_store("LocalStore (3-byte buffer, no fsync)", |dir| {
+        Arc::new(
+            LocalStore::open(dir)
+                .unwrap()
+                .with_buffer_size(3)
+                .with_fsync(false),
+        )
     });
 }
 
@@ -59,11 +57,5 @@ fn s3_store_conforms() {
 
 #[test]
 fn fault_store_without_faults_conforms() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    check_store(&Subject {
-        name: "FaultStore",
-        open: &|location| -> Arc<dyn Store> { FaultStore::new(&root.join(location)) },
-        same_bytes_again: SameBytesAgain::Refused,
-    });
+    check_local_store("FaultStore", |dir| FaultStore::new(dir));
 }

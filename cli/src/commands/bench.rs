@@ -73,9 +73,7 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         config.set("dstl.writer.max-writers", &(writers + 16).to_string())?;
         let storage = ChangelogStorage::open(config)?;
         let result = workload::density(&storage, writers)?;
-        if args.json {
-            println!("{}", serde_json::to_string(&result)?);
-        } else {
+        return print_result(args.json, &result, || {
             println!(
                 "density: {} writers, {:.1} µs each, {:.1} KiB RSS each ({:.0} MB -> {:.0} MB)",
                 result.writers,
@@ -84,8 +82,7 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 result.rss_before_mb,
                 result.rss_after_mb
             );
-        }
-        return Ok(());
+        });
     }
     let (mut load, compression) = Workload::standard(&args.workload, 42)?;
     if args.quick {
@@ -125,22 +122,20 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "disk_ratio": written / baseline,
         "summary": summary,
     });
-    if args.json {
-        let mut flat = serde_json::to_value(&summary)?;
-        for key in [
-            "workload",
-            "quick",
-            "fsync",
-            "baseline_disk_mb_per_s",
-            "baseline_buffered_mb_per_s",
-            "baseline_direct_mb_per_s",
-            "written_mb_per_s",
-            "disk_ratio",
-        ] {
-            flat[key] = report[key].clone();
-        }
-        println!("{}", serde_json::to_string(&flat)?);
-    } else {
+    let mut flat = serde_json::to_value(&summary)?;
+    for key in [
+        "workload",
+        "quick",
+        "fsync",
+        "baseline_disk_mb_per_s",
+        "baseline_buffered_mb_per_s",
+        "baseline_direct_mb_per_s",
+        "written_mb_per_s",
+        "disk_ratio",
+    ] {
+        flat[key] = report[key].clone();
+    }
+    print_result(args.json, &flat, || {
         println!(
             "{}: {:.0} appends/s, {:.1} MB/s payload, persist p50 {:.1} ms p99 {:.1} ms, {} files, peak RSS {:.0} MB, {:.2} s",
             args.workload,
@@ -158,6 +153,19 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
             written / baseline,
             direct.map_or_else(|| "refused".to_string(), |d| format!("{d:.0} MB/s"))
         );
+    })
+}
+
+/// Prints `result` as one JSON object under `--json`; otherwise `human` prints it.
+fn print_result(
+    json: bool,
+    result: &impl serde::Serialize,
+    human: impl FnOnce(),
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(result)?);
+    } else {
+        human();
     }
     Ok(())
 }
@@ -183,12 +191,10 @@ fn recovery(
         recovery::write_handle_list(&snapshots, &dir.join("handles.json"))?;
     }
     storage.close();
-    if args.json {
-        let mut value = serde_json::to_value(&summary)?;
-        value["workload"] = "recovery".into();
-        value["quick"] = args.quick.into();
-        println!("{value}");
-    } else {
+    let mut value = serde_json::to_value(&summary)?;
+    value["workload"] = "recovery".into();
+    value["quick"] = args.quick.into();
+    print_result(args.json, &value, || {
         println!(
             "recovery: {} snapshots ({} (file, offset) pairs over {} files, {} changes) read in {:.3} s with the cache, {:.3} s without; verified {}",
             summary.snapshots,
@@ -199,7 +205,7 @@ fn recovery(
             summary.read_uncached_s,
             summary.verified
         );
-    }
+    })?;
     if !summary.verified {
         anyhow::bail!("a snapshot did not read back what was appended");
     }

@@ -153,7 +153,7 @@ pub fn run(
     workload: &Workload,
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
-    run_until(storage, workload, None, &|| false, progress)
+    run_stoppable(storage, workload, None, &|| false, progress)
 }
 
 /// Like [`run`], but every writer appends until `duration` has passed (wall-clock time)
@@ -165,13 +165,7 @@ pub fn run_for(
     duration: Duration,
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
-    run_until(
-        storage,
-        workload,
-        Some(Instant::now() + duration),
-        &|| false,
-        progress,
-    )
+    run_stoppable(storage, workload, Some(duration), &|| false, progress)
 }
 
 /// Like [`run`] (or [`run_for`] when `duration` is given), but every writer also asks
@@ -179,6 +173,10 @@ pub fn run_for(
 /// no final checkpoint and close, failing their pending persists, and the run fails with
 /// [`Stopped`] at once, without waiting for uploads in flight (closing the storage bounds
 /// those). Checkpoints confirmed before that stay confirmed, and their manifests written.
+///
+/// This is the run behind [`run`] and [`run_for`] too. The first writer to fail stops the
+/// others the same way `stop` does: the run has failed, and writers that went on
+/// appending would only add files (on a full disk, failures) nobody reads.
 pub fn run_stoppable(
     storage: &ChangelogStorage,
     workload: &Workload,
@@ -187,19 +185,6 @@ pub fn run_stoppable(
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<Summary> {
     let deadline = duration.map(|d| Instant::now() + d);
-    run_until(storage, workload, deadline, stop, progress)
-}
-
-/// The run behind [`run`], [`run_for`] and [`run_stoppable`]. The first writer to fail
-/// stops the others the same way `stop` does: the run has failed, and writers that went
-/// on appending would only add files (on a full disk, failures) nobody reads.
-fn run_until(
-    storage: &ChangelogStorage,
-    workload: &Workload,
-    deadline: Option<Instant>,
-    stop: &(dyn Fn() -> bool + Sync),
-    progress: &(dyn Fn(u64) + Sync),
-) -> anyhow::Result<Summary> {
     workload.validate()?;
     if let Some(dir) = &workload.manifests {
         std::fs::create_dir_all(dir)

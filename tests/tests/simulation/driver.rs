@@ -222,6 +222,16 @@ fn expect_closed<T>(result: &Result<T, Error>, what: &str) {
     );
 }
 
+/// `result` is a writer error that `expected` accepts; `what` names the call and why it
+/// must fail.
+fn expect_rejected<T>(result: &Result<T, Error>, expected: fn(&WriterError) -> bool, what: &str) {
+    assert!(
+        writer_error(result).is_some_and(expected),
+        "{what}: {}",
+        describe(result)
+    );
+}
+
 /// A persist whose future the driver still holds.
 struct Pending {
     /// Index into the writer's `persists`.
@@ -293,6 +303,24 @@ impl Sim {
             trace.pop_front();
         }
         trace.push_back(line);
+    }
+
+    /// Logs writer `i`'s `call` (with its arguments) and its result. A call on a closed
+    /// writer must have failed as closed (`what` names the call then): returns whether
+    /// the writer is closed, when there is nothing more to check.
+    fn logged_closed<T>(
+        &self,
+        i: usize,
+        call: &str,
+        result: &Result<T, Error>,
+        what: &str,
+    ) -> bool {
+        self.log(format!("{} {call} -> {}", self.name(i), describe(result)));
+        let closed = self.closed(i);
+        if closed {
+            expect_closed(result, what);
+        }
+        closed
     }
 
     fn handle(&self, i: usize) -> &Writer {
@@ -368,14 +396,13 @@ impl Sim {
         } else {
             self.handle(i).append(key_group, &value)
         };
-        self.log(format!(
-            "{} append kg={key_group} len={} -> {}",
-            self.name(i),
-            value.len(),
-            describe(&result)
-        ));
-        if self.closed(i) {
-            return expect_closed(&result, "append");
+        if self.logged_closed(
+            i,
+            &format!("append kg={key_group} len={}", value.len()),
+            &result,
+            "append",
+        ) {
+            return;
         }
         let trigger = self.model.push_change(i, key_group, value);
         self.preemptive_outcome(i, trigger, result.err());
@@ -444,13 +471,13 @@ impl Sim {
         }
         let data: Vec<u8> = values.concat();
         let result = self.handle(i).append_batch(&key_groups, &lengths, &data);
-        self.log(format!(
-            "{} append_batch kgs={key_groups:?} lens={lengths:?} -> {}",
-            self.name(i),
-            describe(&result)
-        ));
-        if self.closed(i) {
-            return expect_closed(&result, "append_batch");
+        if self.logged_closed(
+            i,
+            &format!("append_batch kgs={key_groups:?} lens={lengths:?}"),
+            &result,
+            "append_batch",
+        ) {
+            return;
         }
         let mut error = result.err();
         for (key_group, value) in key_groups.into_iter().zip(values) {
@@ -481,19 +508,16 @@ impl Sim {
                 w.append_batch(&[range.start, -2], &[10, 1], b"0123456789x"),
             ),
         };
-        self.log(format!(
-            "{} invalid append ({what}) -> {}",
-            self.name(i),
-            describe(&result)
-        ));
-        if self.closed(i) {
-            return expect_closed(&result, "append");
+        if self.logged_closed(i, &format!("invalid append ({what})"), &result, "append") {
+            return;
         }
-        assert!(
-            matches!(writer_error(&result), Some(WriterError::InvalidArgument(_))),
-            "{}: append ({what}) must fail with InvalidArgument: {}",
-            self.name(i),
-            describe(&result)
+        expect_rejected(
+            &result,
+            |e| matches!(e, WriterError::InvalidArgument(_)),
+            &format!(
+                "{}: append ({what}) must fail with InvalidArgument",
+                self.name(i)
+            ),
         );
     }
 
@@ -518,13 +542,7 @@ impl Sim {
     fn choose_from(&mut self, i: usize) -> u64 {
         let w = &self.model.writers[i];
         let (lowest, active) = (w.lowest, w.active_sqn);
-        let confirmed_to = self
-            .model
-            .confirmed
-            .iter()
-            .filter(|(c, _)| *c == i)
-            .map(|(_, s)| s.to)
-            .next_back();
+        let confirmed_to = self.model.confirmed_of(i).map(|s| s.to).next_back();
         match self.rng.random_range(0..100) {
             0..45 => self.rng.random_range(lowest..=active),
             45..70 => lowest,
@@ -837,11 +855,13 @@ impl Sim {
                 self.name(i),
                 describe(&result)
             ));
-            assert!(
-                matches!(writer_error(&result), Some(WriterError::InvalidRange(_))),
-                "{}: confirm [{from}, {to}) with active {active} must fail with InvalidRange: {}",
-                self.name(i),
-                describe(&result)
+            expect_rejected(
+                &result,
+                |e| matches!(e, WriterError::InvalidRange(_)),
+                &format!(
+                    "{}: confirm [{from}, {to}) with active {active} must fail with InvalidRange",
+                    self.name(i)
+                ),
             );
             return;
         }
@@ -893,10 +913,8 @@ impl Sim {
         let (lowest, active) = (w.lowest, w.active_sqn);
         let snapshot_from = self
             .model
-            .confirmed
-            .iter()
-            .filter(|(c, _)| *c == i)
-            .map(|(_, s)| s.from)
+            .confirmed_of(i)
+            .map(|s| s.from)
             .chain(w.completed.iter().map(|(_, s)| s.from))
             .next_back();
         let to = match self.rng.random_range(0..100) {
@@ -908,20 +926,19 @@ impl Sim {
             _ => u64::MAX,
         };
         let result = self.handle(i).truncate(to);
-        self.log(format!(
-            "{} truncate to={to} (lowest {lowest}, active {active}) -> {}",
-            self.name(i),
-            describe(&result)
-        ));
-        if self.closed(i) {
-            return expect_closed(&result, "truncate");
+        if self.logged_closed(
+            i,
+            &format!("truncate to={to} (lowest {lowest}, active {active})"),
+            &result,
+            "truncate",
+        ) {
+            return;
         }
         if to > active {
-            assert!(
-                matches!(writer_error(&result), Some(WriterError::InvalidArgument(_))),
-                "{}: truncate to {to} beyond active {active}: {}",
-                self.name(i),
-                describe(&result)
+            expect_rejected(
+                &result,
+                |e| matches!(e, WriterError::InvalidArgument(_)),
+                &format!("{}: truncate to {to} beyond active {active}", self.name(i)),
             );
             return;
         }
@@ -961,13 +978,8 @@ impl Sim {
                 return;
             }
         };
-        self.log(format!(
-            "{} {what}({release_from}) -> {}",
-            self.name(i),
-            describe(&result)
-        ));
-        if self.closed(i) {
-            return expect_closed(&result, what);
+        if self.logged_closed(i, &format!("{what}({release_from})"), &result, what) {
+            return;
         }
         result.unwrap_or_else(|e| panic!("{}: {what} failed: {e}", self.name(i)));
         self.close_model(i, release_from);

@@ -76,7 +76,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dstl::KeyGroupRange;
-use dstl_tests::harness::{files, open, open_faulty};
+use dstl_tests::harness::{files, in_temp_dir, open_faulty, open_temp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -194,15 +194,11 @@ fn seeded_simulation() {
 /// a few hundred rounds.
 #[test]
 fn dropping_a_writer_while_its_upload_lands_releases_the_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = open(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.writer.max-writers=4",
-            "dstl.writer.memory-limit=32mb",
-        ],
-    );
+    let (_tmp, storage) = open_temp(&[
+        "dstl.dfs.batch.persist-delay=0",
+        "dstl.writer.max-writers=4",
+        "dstl.writer.memory-limit=32mb",
+    ]);
     let dir = storage.config().job_dir();
     let mut rng = ChaCha8Rng::seed_from_u64(2021);
     for round in 0..1000 {
@@ -244,17 +240,18 @@ fn dropping_a_writer_while_its_upload_lands_releases_the_file() {
 #[test]
 fn a_persist_completing_after_its_ready_change_sets_were_truncated_does_not_trap() {
     use dstl_tests::fault_store::Fault;
-    let tmp = tempfile::tempdir().unwrap();
-    let (storage, store) = open_faulty(
-        tmp.path(),
-        &[
-            "dstl.dfs.batch.persist-delay=0",
-            "dstl.dfs.upload.timeout=0",
-            "dstl.local-recovery.enabled=true",
-            "dstl.writer.max-writers=4",
-            "dstl.writer.memory-limit=32mb",
-        ],
-    );
+    let (_tmp, (storage, store)) = in_temp_dir(|dir| {
+        open_faulty(
+            dir,
+            &[
+                "dstl.dfs.batch.persist-delay=0",
+                "dstl.dfs.upload.timeout=0",
+                "dstl.local-recovery.enabled=true",
+                "dstl.writer.max-writers=4",
+                "dstl.writer.memory-limit=32mb",
+            ],
+        )
+    });
     let w = storage
         .create_writer("op", KeyGroupRange { start: 0, end: 0 })
         .unwrap();

@@ -308,6 +308,14 @@ impl Model {
         }
     }
 
+    /// The snapshots of writer `i` confirmed while it was open, in order.
+    pub fn confirmed_of(&self, i: usize) -> impl DoubleEndedIterator<Item = &Snap> {
+        self.confirmed
+            .iter()
+            .filter(move |(c, _)| *c == i)
+            .map(|(_, s)| s)
+    }
+
     /// The writer with tag id `id`, if this driver owns it.
     pub fn by_id(&self, id: u16) -> Option<usize> {
         let n = id.checked_sub(self.id_base)? as usize;

@@ -44,8 +44,7 @@ class BackPressureTest extends JobTest {
         // 800 records of 32 KiB, some 40 MiB of changelog with the rewrites, offered within
         // a second: the limit, not the source, sets the pace.
         p.eventsPerSecond = 1000;
-        Map<String, String> clusterConfig = TestSettings.changelog(storage, "hashmap",
-                dir.resolve("changelog"), dir.resolve("checkpoints"));
+        Map<String, String> clusterConfig = changelog(storage);
         clusterConfig.put("state.changelog.dstl.dfs.upload.max-in-flight", "1mb");
         clusterConfig.put("state.changelog.dstl.dfs.batch.persist-size-threshold", "512kb");
         clusterConfig.put("state.changelog.dstl.dfs.preemptive-persist-threshold", "256kb");
@@ -130,7 +129,7 @@ class BackPressureTest extends JobTest {
     private static long dstlInFlightBytes() {
         long max = 0;
         for (RecordingMetricReporter.Added a : RecordingMetricReporter.added("ChangelogStorage.inFlightBytes")) {
-            Object v = ((Gauge<?>) a.metric).getValue();
+            Object v = ((Gauge<?>) a.metric()).getValue();
             if (v instanceof Number) {
                 max = Math.max(max, ((Number) v).longValue());
             }

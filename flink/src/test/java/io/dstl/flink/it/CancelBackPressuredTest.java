@@ -33,8 +33,7 @@ class CancelBackPressuredTest extends JobTest {
         p.payloadBytes = 1024;
         int slots = 4;
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "cancel")) {
-            Map<String, String> clusterConfig = TestSettings.changelog(TestSettings.DSTL, "hashmap",
-                    dir.resolve("unused"), dir.resolve("checkpoints"));
+            Map<String, String> clusterConfig = changelog(TestSettings.DSTL);
             clusterConfig.put("state.changelog.dstl.dfs.base-path", "s3://" + weed.bucket + "/changelog");
             clusterConfig.putAll(weed.dstlSettings());
             // Uploads that never end once the store stops: no attempt timeout, requests that

@@ -5,6 +5,7 @@ import java.lang.annotation.Retention;
 import java.lang.annotation.RetentionPolicy;
 import java.lang.annotation.Target;
 import java.nio.file.Path;
+import java.util.Map;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.condition.EnabledIf;
@@ -18,6 +19,14 @@ abstract class JobTest {
     /** A fresh directory for each test, removed after it. */
     @TempDir
     Path dir;
+
+    /**
+     * The cluster configuration of a job on {@code storage} with the hashmap backend, its
+     * changelog and checkpoints under {@link #dir}.
+     */
+    Map<String, String> changelog(String storage) {
+        return TestSettings.changelog(storage, "hashmap", dir.resolve("changelog"), dir.resolve("checkpoints"));
+    }
 
     /** A test run once for each storage of {@code DSTL_FLINK_TEST_STORAGES}, named by it. */
     @Target(ElementType.METHOD)

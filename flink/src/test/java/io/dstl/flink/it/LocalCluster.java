@@ -127,12 +127,7 @@ final class LocalCluster implements AutoCloseable {
      * path of the latest completed checkpoint.
      */
     String cancelAndGetRetainedCheckpoint(JobID job) throws Exception {
-        cluster.cancelJob(job).get(30, TimeUnit.SECONDS);
-        JobResult result = awaitResult(job, Duration.ofSeconds(60));
-        if (result.getJobStatus().orElse(null) != JobStatus.CANCELED) {
-            throw new AssertionError("expected the job to be cancelled mid-way, but it ended as "
-                    + result.getJobStatus().orElse(null) + "\n" + describeFailures(job));
-        }
+        cancel(job);
         CompletedCheckpointStats latest = checkpoints(job).getHistory().getLatestCompletedCheckpoint();
         if (latest == null || latest.getExternalPath() == null) {
             throw new AssertionError("no retained checkpoint after cancelling " + job);

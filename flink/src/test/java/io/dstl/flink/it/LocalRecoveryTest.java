@@ -24,8 +24,7 @@ class LocalRecoveryTest extends JobTest {
         ChangelogTestJob.Params p = Scenarios.params(dir);
         Scenarios.armFailures(p, dir, 1);
         Path localDir = dir.resolve("local-state");
-        Map<String, String> clusterConfig = TestSettings.changelog(storage, "hashmap",
-                dir.resolve("changelog"), dir.resolve("checkpoints"));
+        Map<String, String> clusterConfig = changelog(storage);
         clusterConfig.put("execution.checkpointing.local-backup.enabled", "true");
         clusterConfig.put("execution.state-recovery.from-local", "true");
         clusterConfig.put("execution.checkpointing.local-backup.dirs", localDir.toString());

@@ -122,8 +122,8 @@ class MetricsTest extends JobTest {
                 continue;
             }
             for (RecordingMetricReporter.Added a : added) {
-                if (!e.getValue().isInstance(a.metric)) {
-                    problems.add(a.identifier + " is a " + a.metric.getClass().getName() + ", not a "
+                if (!e.getValue().isInstance(a.metric())) {
+                    problems.add(a.identifier() + " is a " + a.metric().getClass().getName() + ", not a "
                             + e.getValue().getSimpleName());
                 }
             }
@@ -132,14 +132,14 @@ class MetricsTest extends JobTest {
             problems.add("the job was never seen running, so no value was read while it ran");
         } else {
             Scenarios.note(label, String.format("last reading while the job ran (%.1f s before it ended): %s=%d,"
-                            + " %s count=%d; registered as %s", (finishedAt - last.at) / 1e9, REQUESTS, last.requests,
-                    SIZES, last.sizes, RecordingMetricReporter.added(REQUESTS).stream()
-                            .map(a -> a.identifier).collect(Collectors.toList())));
-            if (last.requests <= 0) {
-                problems.add(REQUESTS + " was " + last.requests + " near the end of a job that uploaded changelog");
+                            + " %s count=%d; registered as %s", (finishedAt - last.at()) / 1e9, REQUESTS,
+                    last.requests(), SIZES, last.sizes(), RecordingMetricReporter.added(REQUESTS).stream()
+                            .map(RecordingMetricReporter.Added::identifier).collect(Collectors.toList())));
+            if (last.requests() <= 0) {
+                problems.add(REQUESTS + " was " + last.requests() + " near the end of a job that uploaded changelog");
             }
-            if (last.sizes <= 0) {
-                problems.add(SIZES + " counted " + last.sizes + " uploads near the end of a job that uploaded"
+            if (last.sizes() <= 0) {
+                problems.add(SIZES + " counted " + last.sizes() + " uploads near the end of a job that uploaded"
                         + " changelog");
             }
         }
@@ -156,24 +156,15 @@ class MetricsTest extends JobTest {
     private static long sum(String name) {
         long total = 0;
         for (RecordingMetricReporter.Added a : RecordingMetricReporter.added(name)) {
-            if (a.metric instanceof Counter) {
-                total += ((Counter) a.metric).getCount();
-            } else if (a.metric instanceof Histogram) {
-                total += ((Histogram) a.metric).getCount();
+            if (a.metric() instanceof Counter) {
+                total += ((Counter) a.metric()).getCount();
+            } else if (a.metric() instanceof Histogram) {
+                total += ((Histogram) a.metric()).getCount();
             }
         }
         return total;
     }
 
-    private static final class Observation {
-        final long at;
-        final long requests;
-        final long sizes;
-
-        Observation(long at, long requests, long sizes) {
-            this.at = at;
-            this.requests = requests;
-            this.sizes = sizes;
-        }
-    }
+    /** A reading of the two metrics while the job ran, and when (nanoTime). */
+    private record Observation(long at, long requests, long sizes) {}
 }

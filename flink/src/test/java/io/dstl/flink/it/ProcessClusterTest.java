@@ -36,8 +36,7 @@ class ProcessClusterTest extends JobTest {
         // happen well before the input ends.
         p.recordsPerKey = 600;
         p.eventsPerSecond = 600;
-        Map<String, String> config = TestSettings.changelog(storage, "hashmap",
-                dir.resolve("changelog"), dir.resolve("checkpoints"));
+        Map<String, String> config = changelog(storage);
         config.put("taskmanager.numberOfTaskSlots", "2");
         Path jar = buildJobJar(dir.resolve("dstl-test-job.jar"));
         Path plugin = storage.equals(TestSettings.DSTL) ? TestSettings.pluginJar() : null;

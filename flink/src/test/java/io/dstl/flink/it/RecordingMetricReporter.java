@@ -24,15 +24,7 @@ import java.util.stream.Collectors;
 public final class RecordingMetricReporter implements MetricReporter {
 
     /** A registration: the metric and its full identifier (the group's scope and the name). */
-    static final class Added {
-        final Metric metric;
-        final String identifier;
-
-        Added(Metric metric, String identifier) {
-            this.metric = metric;
-            this.identifier = identifier;
-        }
-    }
+    record Added(Metric metric, String identifier) {}
 
     private static final Map<String, List<Added>> ADDED = new ConcurrentHashMap<>();
 
@@ -41,7 +33,6 @@ public final class RecordingMetricReporter implements MetricReporter {
         ADDED.clear();
     }
 
-    /** Every registration under {@code name}, in order (one per group that registered it). */
     /**
      * numRecordsIn of the stateful operator ({@code state-updater} in the test job), over its
      * subtasks. Its operator scope is {@code ...<job>.state-updater.<subtask>}; the scope of its
@@ -51,13 +42,14 @@ public final class RecordingMetricReporter implements MetricReporter {
     static long recordsIntoStateUpdater() {
         long total = 0;
         for (Added a : added("numRecordsIn")) {
-            if (a.identifier.contains(".state-updater.") && a.metric instanceof org.apache.flink.metrics.Counter) {
-                total += ((org.apache.flink.metrics.Counter) a.metric).getCount();
+            if (a.identifier().contains(".state-updater.") && a.metric() instanceof org.apache.flink.metrics.Counter) {
+                total += ((org.apache.flink.metrics.Counter) a.metric()).getCount();
             }
         }
         return total;
     }
 
+    /** Every registration under {@code name}, in order (one per group that registered it). */
     static List<Added> added(String name) {
         return ADDED.getOrDefault(name, List.of());
     }

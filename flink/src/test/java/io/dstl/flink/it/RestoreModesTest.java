@@ -35,8 +35,7 @@ class RestoreModesTest extends JobTest {
         // Slow enough that no run ends (and writes output) before it is cancelled.
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.eventsPerSecond = p.eventsPerSecond / 3;
-        Map<String, String> cluster = TestSettings.changelog(storage, "hashmap", dir.resolve("changelog"),
-                dir.resolve("checkpoints"));
+        Map<String, String> cluster = changelog(storage);
         String first = runAndCancel(cluster, p, Map.of());
 
         assertFailedWith(runToEnd(cluster, p, restore(first, "NO_CLAIM"), Duration.ofSeconds(90)),

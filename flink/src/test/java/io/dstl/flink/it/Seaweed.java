@@ -27,16 +27,21 @@ final class Seaweed implements AutoCloseable {
     private final int base;
     private final Process process;
 
-    private Seaweed(String bucket, Path dir, int base, Process process) {
+    private Seaweed(Path dir, String bucket) throws IOException {
         this.bucket = bucket;
         this.dir = dir;
-        this.base = base;
-        this.process = process;
+        this.base = freePorts(10);
+        this.process = launch();
     }
 
     static Seaweed start(Path dir, String bucket) throws Exception {
-        Files.createDirectories(dir);
-        int base = freePorts(10);
+        Seaweed server = new Seaweed(dir, bucket);
+        server.awaitListening(Duration.ofSeconds(60));
+        return server;
+    }
+
+    /** Starts {@code weed mini} on the ten ports from {@link #base} on, its data and log in {@link #dir}. */
+    private Process launch() throws IOException {
         List<String> cmd = new ArrayList<>(List.of(weed(), "mini", "-dir=" + dir.resolve("data"),
                 "-ip=127.0.0.1", "-ip.bind=127.0.0.1"));
         String[] names = {"master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
@@ -52,9 +57,7 @@ final class Seaweed implements AutoCloseable {
                 .redirectOutput(dir.resolve("weed.log").toFile());
         pb.environment().put("AWS_ACCESS_KEY_ID", ACCESS_KEY);
         pb.environment().put("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
-        Seaweed server = new Seaweed(bucket, dir, base, pb.start());
-        server.awaitListening(Duration.ofSeconds(60));
-        return server;
+        return pb.start();
     }
 
     private static String weed() {

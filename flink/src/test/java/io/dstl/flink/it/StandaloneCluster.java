@@ -105,18 +105,17 @@ final class StandaloneCluster implements AutoCloseable {
         }
 
         Map<String, String> conf = new LinkedHashMap<>();
-        conf.put("jobmanager.rpc.address", "localhost");
+        // Everything on loopback; the ports the test does not need to know are picked when bound.
+        for (String key : List.of("jobmanager.rpc.address", "jobmanager.bind-host", "taskmanager.bind-host",
+                "taskmanager.host", "rest.address", "rest.bind-address")) {
+            conf.put(key, "localhost");
+        }
         conf.put("jobmanager.rpc.port", String.valueOf(rpcPort));
-        conf.put("jobmanager.bind-host", "localhost");
-        conf.put("taskmanager.bind-host", "localhost");
-        conf.put("taskmanager.host", "localhost");
-        conf.put("rest.address", "localhost");
-        conf.put("rest.bind-address", "localhost");
         conf.put("rest.port", String.valueOf(restPort));
-        conf.put("blob.server.port", "0");
-        conf.put("taskmanager.rpc.port", "0");
-        conf.put("taskmanager.data.port", "0");
-        conf.put("metrics.internal.query-service.port", "0");
+        for (String key : List.of("blob.server.port", "taskmanager.rpc.port", "taskmanager.data.port",
+                "metrics.internal.query-service.port")) {
+            conf.put(key, "0");
+        }
         conf.put("jobmanager.memory.process.size", "1024m");
         // What taskmanager.sh derives from taskmanager.memory.process.size; TaskManagerRunner
         // started directly needs the components spelled out (and the JVM sized to match).

@@ -35,8 +35,7 @@ class ThreadsAfterShutdownTest extends JobTest {
         String label = "(h) threads after shutdown";
         ChangelogTestJob.Params p = Scenarios.params(dir);
         p.recordsPerKey = 150;
-        Map<String, String> clusterConfig = TestSettings.changelog(TestSettings.DSTL, "hashmap",
-                dir.resolve("changelog"), dir.resolve("checkpoints"));
+        Map<String, String> clusterConfig = changelog(TestSettings.DSTL);
 
         Set<Thread> before = Thread.getAllStackTraces().keySet();
         Map<Long, String> nativeBefore = nativeThreads();

@@ -28,8 +28,7 @@ class TrappedWriterTest extends JobTest {
         p.recordsPerKey = 200;
         p.eventsPerSecond = 400;
         p.payloadBytes = 64 * 1024;
-        Map<String, String> clusterConfig = TestSettings.changelog(TestSettings.DSTL, "hashmap",
-                dir.resolve("changelog"), dir.resolve("checkpoints"));
+        Map<String, String> clusterConfig = changelog(TestSettings.DSTL);
         clusterConfig.put("state.changelog.dstl.writer.memory-limit", "2mb");
         Map<String, String> job = TestSettings.job(2);
         job.put("restart-strategy.type", "none");
