@@ -73,10 +73,11 @@ function valueText(value) {
  *   val: {keyGroup, range: {start, end}}}`, `{tag: 'value-too-long', val: 5n}`, ...;
  *   `upload-failed` (and `already-failed`'s `cause`) → `{tag: 'refused', val:
  *   {changeSets, refusal}}`, `{tag: 'no-result', val: {task, changeSets}}` or `{tag:
- *   'failed', val: {task}}` (why is the host's: its words are in `detail`). `error.value` is the whole WIT value,
- *   `{tag: kind, val: fields}`.
+ *   'failed', val: {task}}` (the task that failed; why is the host's, in `detail`).
+ *   `error.value` is the whole WIT value, `{tag: kind, val: fields}`.
  * - `detail`: the error's words, from the component's `errors.describe` (dstl-proto's
- *   `error` module, the words every host prints), without the writer's name.
+ *   `error` module, the words every host prints), without the writer's name; the
+ *   uploader's words stand in it for a failed task.
  * - `message`: `writer NAME: DETAIL`, as the Rust host's display.
  */
 export class WriterError extends DstlError {
