@@ -1,7 +1,10 @@
 //! Native unit tests of the writer state machine: the upstream `FsStateChangelogWriterTest`
-//! and `FsStateChangelogWriterSqnTest` scenarios, the preconditions and their messages
-//! (ARCHITECTURE.md, "Writer semantics"), and the deliberate fixes ("Where dstl differs
-//! from Flink", F1–F15).
+//! and `FsStateChangelogWriterSqnTest` scenarios that need its effects in view (what it
+//! schedules, releases and registers, and in which order), the preconditions as typed
+//! values (ARCHITECTURE.md, "Writer semantics"), and the deliberate fixes ("Where dstl
+//! differs from Flink", F1–F15). Upstream cases a host's view covers whole (`testAppend`,
+//! `testPreUpload`, `testPersist`, `testPersistAgain`) are shared scenarios only
+//! (`tests/scenarios/*.json`), which both hosts run through this machine.
 //!
 //! Effects go to [`Fake`], which records everything and models Flink's two registries: the
 //! task registry (ref count per file, started at the number of change sets in the file) and
@@ -398,48 +401,6 @@ fn change(key_group: i32, value: &[u8]) -> Change {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn test_append() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
-    for seed in 0..3 {
-        w.append(&mut fx, KG, &bytes(10, seed)).unwrap();
-    }
-    assert!(fx.scheduled.is_empty(), "append shouldn't persist");
-    assert_eq!(w.active_sequence_number(), 0);
-}
-
-#[test]
-fn test_pre_upload() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
-    let payload = bytes(1000, 7);
-    let sqn = append(&mut w, &mut fx, &payload);
-    assert_eq!(
-        fx.scheduled.len(),
-        1,
-        "exactly the threshold triggers an upload"
-    );
-    assert_eq!(only_change(&fx.scheduled[0]), change(KG, &payload));
-    assert_eq!(fx.scheduled[0].change_sets[0].sequence_number, sqn);
-    assert_eq!(fx.scheduled[0].change_sets[0].size, 1000);
-    assert_eq!(w.active_sequence_number(), 1);
-
-    let ticket = pending(w.persist(&mut fx, sqn, 1));
-    assert_eq!(
-        fx.scheduled.len(),
-        1,
-        "changes should have been pre-uploaded"
-    );
-
-    let completions = upload_all(&mut w, &mut fx);
-    let snapshot = completed(&completions, ticket);
-    assert_eq!(
-        fx.decode(&snapshot.remote),
-        vec![vec![change(KG, &payload)]]
-    );
-}
-
-#[test]
 fn preemptive_threshold_is_inclusive() {
     // Spec probe: threshold 10 -> 9 bytes no flush; one more byte -> flush, active 0 -> 1.
     let mut w = writer(10);
@@ -458,54 +419,6 @@ fn preemptive_threshold_is_inclusive() {
         only_change(&fx.scheduled[1]),
         change(META_KEY_GROUP, &bytes(10, 3))
     );
-}
-
-#[test]
-fn test_persist() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
-    let payload = bytes(10, 3);
-    let sqn = append(&mut w, &mut fx, &payload);
-    let ticket = pending(w.persist(&mut fx, sqn, 1));
-    assert_eq!(fx.scheduled.len(), 1);
-    assert_eq!(only_change(&fx.scheduled[0]), change(KG, &payload));
-
-    let completions = upload(&mut w, &mut fx, 0);
-    assert_eq!(completions.len(), 1);
-    let snapshot = completed(&completions, ticket);
-    assert_eq!(snapshot.remote.entries.len(), 1);
-    assert_eq!(snapshot.remote.entries[0].offset, 0);
-    assert_eq!(snapshot.remote.entries[0].size, 10);
-    assert_eq!(
-        fx.decode(&snapshot.remote),
-        vec![vec![change(KG, &payload)]]
-    );
-    assert_eq!(snapshot.remote.state_size, 10);
-    assert_eq!(snapshot.remote.incremental_size, 10);
-    assert_eq!(snapshot.remote.key_group_range, RANGE);
-    assert_eq!(snapshot.remote.storage_id, STORAGE_ID);
-    assert_eq!(snapshot.local, None, "local recovery is off");
-}
-
-#[test]
-fn test_persist_again() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
-    let sqn = append(&mut w, &mut fx, &bytes(10, 1));
-    let ticket = pending(w.persist(&mut fx, sqn, 1));
-    let first = completed(&upload_all(&mut w, &mut fx), ticket);
-    let next = w.next_sequence_number();
-    w.confirm(&mut fx, sqn, next, 1).unwrap();
-    assert_eq!(paths_of(&fx.stop_trackings), paths(&first.remote));
-
-    let again = ready(w.persist(&mut fx, sqn, 2));
-    assert_eq!(
-        fx.scheduled.len(),
-        1,
-        "confirmed changes shouldn't be re-uploaded"
-    );
-    assert_eq!(again.remote.entries, first.remote.entries);
-    assert_eq!(again.remote.incremental_size, 0);
 }
 
 fn paths_of(handles: &[StreamHandle]) -> Vec<String> {
