@@ -220,7 +220,7 @@ fn writer_words(source: &WriterError, upload: &Option<crate::upload::UploadError
 
 /// A failed upload in the writer's words, with the uploader's for a task that failed.
 fn upload_words(failure: &UploadFailure, source: &crate::upload::UploadError) -> String {
-    WriterError::UploadFailed(failure.clone()).describe(Some(&source.to_string()))
+    failure.describe(Some(&source.to_string()))
 }
 
 #[cfg(test)]

@@ -78,15 +78,11 @@ impl WriterError {
     /// names ([`WriterError::failed_task`]): in place of the task's id, the attempts and
     /// the store's last error. Without them, or for any other error, its `Display`.
     pub fn describe(&self, upload: Option<&str>) -> String {
-        match (self, upload) {
-            (WriterError::UploadFailed(UploadFailure::Failed(_)), Some(words)) => words.into(),
-            (
-                WriterError::AlreadyFailed(AlreadyFailed {
-                    failed,
-                    cause: UploadFailure::Failed(_),
-                }),
-                Some(words),
-            ) => already_failed(*failed, words),
+        match self {
+            WriterError::UploadFailed(failure) => failure.describe(upload),
+            WriterError::AlreadyFailed(AlreadyFailed { failed, cause }) => {
+                already_failed(*failed, cause.describe(upload))
+            }
             _ => self.to_string(),
         }
     }
@@ -317,6 +313,17 @@ pub enum UploadFailure {
     /// the host keeps it under the task's id ([`WriterError::describe`]).
     #[error("{0}")]
     Failed(FailedTask),
+}
+
+impl UploadFailure {
+    /// Its words, with `upload` the host's words for a failed task in place of the
+    /// task's id; for a refusal or a missing result, its `Display`.
+    pub fn describe(&self, upload: Option<&str>) -> String {
+        match (self, upload) {
+            (UploadFailure::Failed(_), Some(words)) => words.into(),
+            _ => self.to_string(),
+        }
+    }
 }
 
 /// An upload task the uploader accepted that failed for good.
