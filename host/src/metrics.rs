@@ -1,23 +1,106 @@
-//! Metrics of the upload machinery, after Flink's `ChangelogStorage.*` metrics:
-//! counters, and histograms over a sliding window of the last 1000 samples, read
-//! in-process with [`crate::ChangelogStorage::metrics`]. Every value is also recorded
-//! through the `metrics` facade under the names of [`crate::telemetry::METRICS`].
+//! Metrics of the upload machinery, after Flink's `ChangelogStorage.*` metrics, recorded
+//! once each through the `metrics` facade. Every handle a storage records into feeds two
+//! recorders: the process's (whatever `metrics::set_global_recorder` installed, under the
+//! names of [`crate::telemetry::METRICS`]), and the storage's own [`Kept`] values, which
+//! [`crate::ChangelogStorage::metrics`] reads in-process: a counter's total, and a
+//! histogram's last 1000 samples (the sliding window of Flink's histograms), from which
+//! its percentiles are computed.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, CounterFn, Gauge, Histogram, HistogramFn, counter, gauge, histogram};
 use serde::Serialize;
 
 use crate::sync::LockExt;
-use crate::telemetry;
+use crate::telemetry::{
+    UPLOAD_ATTEMPTS, UPLOAD_BATCH_TASKS, UPLOAD_FAILURES, UPLOAD_LATENCY, UPLOAD_QUEUE,
+    UPLOAD_REQUESTS, UPLOAD_SIZE, UPLOAD_TOTAL_ATTEMPTS, UPLOADED_FILES, WRITTEN_BYTES,
+};
 
+/// Samples a histogram's window holds (Flink's `DescriptiveStatisticsHistogram` size).
 const WINDOW: usize = 1000;
 
-/// A sliding window of samples.
-#[derive(Debug, Default)]
-pub(crate) struct Histogram(Mutex<(VecDeque<u64>, u64)>);
+/// The storage's own recorder behind one handle: a counter's total (a histogram's sample
+/// count) and a histogram's last [`WINDOW`] samples. Every recording also goes on to
+/// `process`, the process recorder's handle for the same name.
+#[derive(Debug)]
+struct Kept<H> {
+    total: AtomicU64,
+    window: Mutex<VecDeque<f64>>,
+    process: H,
+}
+
+impl<H> Kept<H> {
+    fn new(process: H) -> Arc<Self> {
+        Arc::new(Self {
+            total: AtomicU64::new(0),
+            window: Mutex::default(),
+            process,
+        })
+    }
+
+    fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+}
+
+impl CounterFn for Kept<Counter> {
+    fn increment(&self, value: u64) {
+        self.total.fetch_add(value, Ordering::Relaxed);
+        self.process.increment(value);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.total.fetch_max(value, Ordering::Relaxed);
+        self.process.absolute(value);
+    }
+}
+
+impl HistogramFn for Kept<Histogram> {
+    fn record(&self, value: f64) {
+        let mut window = self.window.locked();
+        if window.len() == WINDOW {
+            window.pop_front();
+        }
+        window.push_back(value);
+        drop(window);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.process.record(value);
+    }
+}
+
+impl Kept<Histogram> {
+    /// The window's summary, each sample multiplied by `scale` (seconds back to the
+    /// nanoseconds Flink reports).
+    fn snapshot(&self, scale: f64) -> HistogramSnapshot {
+        let mut sorted: Vec<u64> = self
+            .window
+            .locked()
+            .iter()
+            .map(|v| (v * scale).round() as u64)
+            .collect();
+        let count = self.total();
+        if sorted.is_empty() {
+            return HistogramSnapshot {
+                count,
+                ..HistogramSnapshot::default()
+            };
+        }
+        sorted.sort_unstable();
+        let at =
+            |p: f64| sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1];
+        HistogramSnapshot {
+            count,
+            min: sorted[0],
+            max: sorted[sorted.len() - 1],
+            mean: sorted.iter().sum::<u64>() as f64 / sorted.len() as f64,
+            p50: at(0.5),
+            p99: at(0.99),
+        }
+    }
+}
 
 /// Summary of a histogram's window (and how many samples it ever saw).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -37,122 +120,60 @@ pub struct HistogramSnapshot {
     pub p99: u64,
 }
 
-impl Histogram {
-    pub fn record(&self, value: u64) {
-        let mut guard = self.0.locked();
-        let (window, count) = &mut *guard;
-        if window.len() == WINDOW {
-            window.pop_front();
-        }
-        window.push_back(value);
-        *count += 1;
-    }
-
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let guard = self.0.locked();
-        let (window, count) = &*guard;
-        if window.is_empty() {
-            return HistogramSnapshot {
-                count: *count,
-                ..HistogramSnapshot::default()
-            };
-        }
-        let mut sorted: Vec<u64> = window.iter().copied().collect();
-        sorted.sort_unstable();
-        let at =
-            |p: f64| sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1];
-        HistogramSnapshot {
-            count: *count,
-            min: sorted[0],
-            max: sorted[sorted.len() - 1],
-            mean: sorted.iter().sum::<u64>() as f64 / sorted.len() as f64,
-            p50: at(0.5),
-            p99: at(0.99),
-        }
-    }
-}
-
-/// A counter read in-process and reported through the facade.
-#[derive(Debug)]
-pub(crate) struct Count {
-    value: AtomicU64,
-    exported: metrics::Counter,
-}
-
-impl Count {
-    fn new(exported: metrics::Counter) -> Self {
-        Self {
-            value: AtomicU64::new(0),
-            exported,
-        }
-    }
-
-    fn get(&self) -> u64 {
-        self.value.load(Ordering::Relaxed)
-    }
-}
-
-/// A sliding-window histogram reported through the facade, each sample multiplied by
-/// `scale` (nanoseconds become seconds).
-#[derive(Debug)]
-pub(crate) struct Distribution {
-    window: Histogram,
-    exported: metrics::Histogram,
-    scale: f64,
-}
-
-impl Distribution {
-    fn new(exported: metrics::Histogram, scale: f64) -> Self {
-        Self {
-            window: Histogram::default(),
-            exported,
-            scale,
-        }
-    }
-
-    pub fn record(&self, value: u64) {
-        self.window.record(value);
-        self.exported.record(value as f64 * self.scale);
-    }
-
-    fn snapshot(&self) -> HistogramSnapshot {
-        self.window.snapshot()
-    }
-}
-
-/// Live metrics, shared by the scheduler, the uploader and the storage.
+/// Live metrics, shared by the scheduler, the uploader and the storage: the handles they
+/// record into, and the storage's side of each, by name.
 #[derive(Debug)]
 pub(crate) struct Metrics {
-    pub upload_requests: Count,
-    pub upload_failures: Count,
-    pub uploaded_files: Count,
-    pub written_bytes: Count,
-    pub upload_sizes: Distribution,
-    pub upload_latencies_nanos: Distribution,
-    pub attempts_per_upload: Distribution,
-    pub total_attempts_per_upload: Distribution,
-    pub upload_batch_sizes: Distribution,
+    pub upload_requests: Counter,
+    pub upload_failures: Counter,
+    pub uploaded_files: Counter,
+    pub written_bytes: Counter,
+    pub upload_sizes: Histogram,
+    /// In seconds.
+    pub upload_latency: Histogram,
+    pub attempts_per_upload: Histogram,
+    pub total_attempts_per_upload: Histogram,
+    pub upload_batch_sizes: Histogram,
     /// Tasks waiting to be batched (the in-process value is the batcher's length).
-    pub upload_queue: metrics::Gauge,
+    pub upload_queue: Gauge,
+    counters: HashMap<&'static str, Arc<Kept<Counter>>>,
+    histograms: HashMap<&'static str, Arc<Kept<Histogram>>>,
 }
 
 impl Default for Metrics {
-    /// Metrics registered with the recorder installed now (if any).
+    /// Metrics registered with the process's recorder installed now (if any).
     fn default() -> Self {
+        let mut counters = HashMap::new();
+        let mut kept_counter = |name: &'static str| {
+            let kept = Kept::new(counter!(name));
+            counters.insert(name, kept.clone());
+            Counter::from_arc(kept)
+        };
+        let (upload_requests, upload_failures, uploaded_files, written_bytes) = (
+            kept_counter(UPLOAD_REQUESTS),
+            kept_counter(UPLOAD_FAILURES),
+            kept_counter(UPLOADED_FILES),
+            kept_counter(WRITTEN_BYTES),
+        );
+        let mut histograms = HashMap::new();
+        let mut kept_histogram = |name: &'static str| {
+            let kept = Kept::new(histogram!(name));
+            histograms.insert(name, kept.clone());
+            Histogram::from_arc(kept)
+        };
         Self {
-            upload_requests: Count::new(counter!(telemetry::UPLOAD_REQUESTS)),
-            upload_failures: Count::new(counter!(telemetry::UPLOAD_FAILURES)),
-            uploaded_files: Count::new(counter!(telemetry::UPLOADED_FILES)),
-            written_bytes: Count::new(counter!(telemetry::WRITTEN_BYTES)),
-            upload_sizes: Distribution::new(histogram!(telemetry::UPLOAD_SIZE), 1.0),
-            upload_latencies_nanos: Distribution::new(histogram!(telemetry::UPLOAD_LATENCY), 1e-9),
-            attempts_per_upload: Distribution::new(histogram!(telemetry::UPLOAD_ATTEMPTS), 1.0),
-            total_attempts_per_upload: Distribution::new(
-                histogram!(telemetry::UPLOAD_TOTAL_ATTEMPTS),
-                1.0,
-            ),
-            upload_batch_sizes: Distribution::new(histogram!(telemetry::UPLOAD_BATCH_TASKS), 1.0),
-            upload_queue: gauge!(telemetry::UPLOAD_QUEUE),
+            upload_sizes: kept_histogram(UPLOAD_SIZE),
+            upload_latency: kept_histogram(UPLOAD_LATENCY),
+            attempts_per_upload: kept_histogram(UPLOAD_ATTEMPTS),
+            total_attempts_per_upload: kept_histogram(UPLOAD_TOTAL_ATTEMPTS),
+            upload_batch_sizes: kept_histogram(UPLOAD_BATCH_TASKS),
+            upload_requests,
+            upload_failures,
+            uploaded_files,
+            written_bytes,
+            upload_queue: gauge!(UPLOAD_QUEUE),
+            counters,
+            histograms,
         }
     }
 }
@@ -186,24 +207,49 @@ pub struct MetricsSnapshot {
 }
 
 impl Metrics {
-    pub fn add(counter: &Count, n: u64) {
-        counter.value.fetch_add(n, Ordering::Relaxed);
-        counter.exported.increment(n);
-    }
-
     pub fn snapshot(&self, upload_queue_size: u64, bytes_in_flight: u64) -> MetricsSnapshot {
+        let total = |name| self.counters[name].total();
+        let window = |name| self.histograms[name].snapshot(1.0);
         MetricsSnapshot {
-            upload_requests: self.upload_requests.get(),
-            upload_failures: self.upload_failures.get(),
-            uploaded_files: self.uploaded_files.get(),
-            written_bytes: self.written_bytes.get(),
-            upload_sizes: self.upload_sizes.snapshot(),
-            upload_latencies_nanos: self.upload_latencies_nanos.snapshot(),
-            attempts_per_upload: self.attempts_per_upload.snapshot(),
-            total_attempts_per_upload: self.total_attempts_per_upload.snapshot(),
-            upload_batch_sizes: self.upload_batch_sizes.snapshot(),
+            upload_requests: total(UPLOAD_REQUESTS),
+            upload_failures: total(UPLOAD_FAILURES),
+            uploaded_files: total(UPLOADED_FILES),
+            written_bytes: total(WRITTEN_BYTES),
+            upload_sizes: window(UPLOAD_SIZE),
+            upload_latencies_nanos: self.histograms[UPLOAD_LATENCY].snapshot(1e9),
+            attempts_per_upload: window(UPLOAD_ATTEMPTS),
+            total_attempts_per_upload: window(UPLOAD_TOTAL_ATTEMPTS),
+            upload_batch_sizes: window(UPLOAD_BATCH_TASKS),
             upload_queue_size,
             bytes_in_flight,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_summarizes_its_last_thousand_samples_and_counts_all() {
+        let metrics = Metrics::default();
+        for v in 1..=1500u32 {
+            metrics.upload_sizes.record(v);
+        }
+        metrics
+            .upload_latency
+            .record(std::time::Duration::from_nanos(1_234_567));
+        metrics.upload_requests.increment(3);
+        let m = metrics.snapshot(0, 0);
+        let sizes = m.upload_sizes;
+        assert_eq!(
+            (sizes.count, sizes.min, sizes.max, sizes.p50, sizes.p99),
+            (1500, 501, 1500, 1000, 1490)
+        );
+        assert_eq!(sizes.mean, 1000.5);
+        // Recorded in seconds for the process's recorder, read back in nanoseconds.
+        assert_eq!(m.upload_latencies_nanos.max, 1_234_567);
+        assert_eq!(m.upload_requests, 3);
+        assert_eq!(m.upload_batch_sizes, HistogramSnapshot::default());
     }
 }

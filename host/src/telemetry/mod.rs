@@ -13,8 +13,9 @@
 //! [`METRICS`] lists every family: its Prometheus name, kind, labels, meaning, the Flink
 //! metric it corresponds to, and suggested histogram buckets. [`describe`] hands the
 //! descriptions to the recorder (the storage calls it when it opens).
-//! [`crate::ChangelogStorage::metrics`] keeps reading the upload metrics in-process, with
-//! Flink's sliding-window histograms.
+//! Each upload metric is recorded once, into a handle that feeds both the process's
+//! recorder and the storage's own, which [`crate::ChangelogStorage::metrics`] reads
+//! in-process with Flink's sliding-window histograms (`metrics.rs`).
 //!
 //! ## Writer labels and their cardinality
 //!

@@ -39,7 +39,7 @@ impl Uploader {
     /// One attempt. A failed attempt leaves no file behind (the store's create is
     /// atomic), so a retry starts clean.
     pub fn upload(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
-        Metrics::add(&self.metrics.upload_requests, 1);
+        self.metrics.upload_requests.increment(1);
         let started = Instant::now();
         let outcome = self.write_file(tasks);
         match &outcome {
@@ -50,13 +50,11 @@ impl Uploader {
                         .flatten()
                         .map(|r| r.remote.file_size)
                         .next()
-                        .unwrap_or(0),
+                        .unwrap_or(0) as f64,
                 );
-                self.metrics
-                    .upload_latencies_nanos
-                    .record(started.elapsed().as_nanos() as u64);
+                self.metrics.upload_latency.record(started.elapsed());
             }
-            Err(_) => Metrics::add(&self.metrics.upload_failures, 1),
+            Err(_) => self.metrics.upload_failures.increment(1),
         }
         outcome
     }

@@ -305,7 +305,7 @@ impl Scheduler {
             return;
         }
         self.metrics.upload_queue.decrement(batch.len() as f64);
-        self.metrics.upload_batch_sizes.record(batch.len() as u64);
+        self.metrics.upload_batch_sizes.record(batch.len() as f64);
         let number = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let (recipients, tasks): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|q| (q.recipient, q.task)).unzip();
@@ -423,14 +423,12 @@ impl Scheduler {
             "upload batch finished"
         );
         let file = success.result;
-        self.metrics
-            .attempts_per_upload
-            .record(success.attempt as u64);
+        self.metrics.attempts_per_upload.record(success.attempt);
         self.metrics
             .total_attempts_per_upload
-            .record(success.total_attempts as u64);
-        Metrics::add(&self.metrics.uploaded_files, 1);
-        Metrics::add(&self.metrics.written_bytes, file.written);
+            .record(success.total_attempts);
+        self.metrics.uploaded_files.increment(1);
+        self.metrics.written_bytes.increment(file.written);
         self.registries
             .task
             .track(&file.remote, file.change_sets, generation);
