@@ -81,14 +81,11 @@ fn words() -> impl Iterator<Item = String> {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let tmp;
-    let dir = match std::env::args().nth(1) {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
+    // The files go to DIR, else to a temporary directory (made either way, removed at the end).
+    let tmp = tempfile::tempdir()?;
+    let dir = std::env::args_os()
+        .nth(1)
+        .map_or_else(|| tmp.path().to_path_buf(), PathBuf::from);
     let mut config = Config::default();
     config.set("dstl.dfs.base-path", &dir.to_string_lossy())?;
     let storage = ChangelogStorage::open(config)?;

@@ -62,14 +62,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     {
         return read_manifest(Path::new(manifest));
     }
-    let tmp;
-    let dir = match args.first() {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
+    // The files go to DIR, else to a temporary directory (made either way, removed at the end).
+    let tmp = tempfile::tempdir()?;
+    let dir = args
+        .first()
+        .map_or_else(|| tmp.path().to_path_buf(), PathBuf::from);
     let mut config = Config::default();
     config.set(
         "dstl.dfs.base-path",

@@ -126,13 +126,28 @@ export class TrappedError extends DstlError {
   }
 }
 
-/** A bad argument given to the host API itself (`kind` = `host-invalid-argument`). */
-export class InvalidArgumentError extends DstlError {
-  constructor(message) {
-    super('host-invalid-argument', message);
-    this.name = 'InvalidArgumentError';
-  }
+/**
+ * A {@link DstlError} class whose only argument is the message, with its own fixed `name`
+ * and `kind`: one definition for the errors that differ in nothing else. The class extends
+ * DstlError directly, as a `class` declaration would, and is given `name` too, so that
+ * `instanceof`, `e.constructor.name`, stack traces and messages read as before.
+ * @param {string} name the class's name and its errors' `name`
+ * @param {string} kind its errors' `kind`
+ */
+function messageErrorClass(name, kind) {
+  const MessageError = class extends DstlError {
+    /** @param {string} message */
+    constructor(message) {
+      super(kind, message);
+      this.name = name;
+    }
+  };
+  Object.defineProperty(MessageError, 'name', { value: name });
+  return MessageError;
 }
+
+/** A bad argument given to the host API itself (`kind` = `host-invalid-argument`). */
+export const InvalidArgumentError = messageErrorClass('InvalidArgumentError', 'host-invalid-argument');
 
 /** A writer created on a closed storage (`kind` = `storage-closed`); `writer` names it. */
 export class StorageClosedError extends DstlError {
@@ -145,25 +160,10 @@ export class StorageClosedError extends DstlError {
 }
 
 /** A configuration key or value that cannot be used (`kind` = `config`). */
-export class ConfigError extends DstlError {
-  constructor(message) {
-    super('config', message);
-    this.name = 'ConfigError';
-  }
-}
+export const ConfigError = messageErrorClass('ConfigError', 'config');
 
 /** The storage or the component could not be set up (`kind` = `setup`). */
-export class SetupError extends DstlError {
-  constructor(message) {
-    super('setup', message);
-    this.name = 'SetupError';
-  }
-}
+export const SetupError = messageErrorClass('SetupError', 'setup');
 
 /** A handle could not be read back (`kind` = `read`). */
-export class ReadError extends DstlError {
-  constructor(message) {
-    super('read', message);
-    this.name = 'ReadError';
-  }
-}
+export const ReadError = messageErrorClass('ReadError', 'read');

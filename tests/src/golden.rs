@@ -204,6 +204,20 @@ fn as_array<'a>(value: &'a Value, key: &str, context: &str) -> &'a [Value] {
         .unwrap_or_else(|| panic!("{context}: `{key}` is not an array"))
 }
 
+/// The objects of `value`'s array `key` (the set's files, a snapshot's handles), each with
+/// its `path`, relative to the set's `dir`, as an absolute path and as the manifest spells it.
+fn entries<'a>(
+    value: &'a Value,
+    key: &str,
+    dir: &Path,
+    context: &str,
+) -> impl Iterator<Item = (&'a Value, PathBuf, String)> {
+    as_array(value, key, context).iter().map(move |entry| {
+        let relative = as_str(entry, "path", context).to_string();
+        (entry, dir.join(&relative), relative)
+    })
+}
+
 impl GoldenSet {
     /// Loads `golden/<name>/manifest.json`.
     pub fn load(name: &str) -> Self {
@@ -221,16 +235,12 @@ impl GoldenSet {
             "digest" => ExpectedFormat::Digest,
             other => panic!("{ctx}: unknown expectedFormat {other:?}"),
         };
-        let files = as_array(&manifest, "files", &ctx)
-            .iter()
-            .map(|f| {
-                let relative = as_str(f, "path", &ctx).to_string();
-                GoldenFile {
-                    path: dir.join(&relative),
-                    relative,
-                    size: as_u64(f, "size", &ctx),
-                    sha256: as_str(f, "sha256", &ctx).to_string(),
-                }
+        let files = entries(&manifest, "files", &dir, &ctx)
+            .map(|(f, path, relative)| GoldenFile {
+                path,
+                relative,
+                size: as_u64(f, "size", &ctx),
+                sha256: as_str(f, "sha256", &ctx).to_string(),
             })
             .collect();
         let snapshots = as_array(&manifest, "snapshots", &ctx)
@@ -241,16 +251,12 @@ impl GoldenSet {
                 let range = as_array(s, "keyGroupRange", &ctx);
                 assert_eq!(range.len(), 2, "{ctx}: keyGroupRange has two ends");
                 let end = |i: usize| range[i].as_i64().expect("key group") as i32;
-                let handles = as_array(s, "handles", &ctx)
-                    .iter()
-                    .map(|h| {
-                        let relative = as_str(h, "path", &ctx).to_string();
-                        GoldenHandle {
-                            path: dir.join(&relative),
-                            relative,
-                            offset: as_u64(h, "offset", &ctx),
-                            file_size: as_u64(h, "fileSize", &ctx),
-                        }
+                let handles = entries(s, "handles", &dir, &ctx)
+                    .map(|(h, path, relative)| GoldenHandle {
+                        path,
+                        relative,
+                        offset: as_u64(h, "offset", &ctx),
+                        file_size: as_u64(h, "fileSize", &ctx),
                     })
                     .collect();
                 GoldenSnapshot {

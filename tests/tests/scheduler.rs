@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dstl::{ChangelogStorage, Error, SnapshotResult, UploadError, Writer};
+use dstl_cli::workload::Workload;
 use dstl_tests::fault_store::{Fault, FaultStore};
 use dstl_tests::harness::{
     EVENTUALLY, RANGE, files, in_temp_dir, path_strings, payloads, remote_paths, spawn,
@@ -43,6 +44,19 @@ fn planned(
     (tmp, storage, store, w)
 }
 
+/// `conf` after the pairs that upload every task alone and at once: no batch delay, no
+/// size threshold.
+fn unbatched<'a>(conf: &[&'a str]) -> Vec<&'a str> {
+    [
+        &[
+            "dstl.dfs.batch.persist-delay=0",
+            "dstl.dfs.batch.persist-size-threshold=0",
+        ][..],
+        conf,
+    ]
+    .concat()
+}
+
 /// The files the snapshot's remote handle names.
 fn paths(snapshot: &SnapshotResult) -> HashSet<String> {
     remote_paths(snapshot).into_iter().collect()
@@ -52,10 +66,7 @@ fn paths(snapshot: &SnapshotResult) -> HashSet<String> {
 
 #[test]
 fn without_delay_and_threshold_every_task_uploads_alone() {
-    let (_tmp, storage, store) = open_temp(&[
-        "dstl.dfs.batch.persist-delay=0",
-        "dstl.dfs.batch.persist-size-threshold=0",
-    ]);
+    let (_tmp, storage, store) = open_temp(&unbatched(&[]));
     let mut files = HashSet::new();
     for i in 0..3u8 {
         let w = storage.create_writer(&format!("op-{i}"), RANGE).unwrap();
@@ -177,20 +188,7 @@ fn delay_batches_persists_arriving_within_it() {
 
 #[test]
 fn eight_writers_share_few_files() {
-    let (_tmp, storage, _) = open_temp(&[]);
-    let workload = dstl_cli::workload::Workload {
-        writers: 8,
-        changes: 80_000,
-        change_size: 100,
-        key_groups: 128,
-        checkpoint_every: 1_000,
-        seed: 1,
-        manifests: None,
-        delete_subsumed: true,
-        max_pending_checkpoints: None,
-    };
-    let summary = dstl_cli::workload::run(&storage, &workload, &|_| {}).unwrap();
-    assert!(summary.verified);
+    let summary = run_deleting_subsumed(&[], &deleting_workload(8, 80_000, 1_000, 1));
     assert_eq!(summary.checkpoints, 80);
     assert!(
         summary.files < summary.checkpoints,
@@ -200,12 +198,26 @@ fn eight_writers_share_few_files() {
     );
 }
 
+/// `dstl run`'s workload of `writers` writers appending `changes` changes in all, 100 bytes
+/// each over 128 key groups, with a checkpoint every `checkpoint_every` appends of a writer;
+/// it deletes the files of subsumed checkpoints as it goes and does not cap pending ones.
+fn deleting_workload(writers: usize, changes: u64, checkpoint_every: u64, seed: u64) -> Workload {
+    Workload {
+        writers,
+        changes,
+        change_size: 100,
+        key_groups: 128,
+        checkpoint_every,
+        seed,
+        manifests: None,
+        delete_subsumed: true,
+        max_pending_checkpoints: None,
+    }
+}
+
 /// Runs `workload`, which deletes the files of subsumed checkpoints, on a storage opened
 /// with `conf`: the run verifies, and leaves exactly the files it did not delete.
-fn run_deleting_subsumed(
-    conf: &[&str],
-    workload: &dstl_cli::workload::Workload,
-) -> dstl_cli::workload::Summary {
+fn run_deleting_subsumed(conf: &[&str], workload: &Workload) -> dstl_cli::workload::Summary {
     let (_tmp, storage, store) = open_temp(conf);
     let summary = dstl_cli::workload::run(&storage, workload, &|_| {}).unwrap();
     assert!(summary.verified, "{summary:?}");
@@ -223,18 +235,8 @@ fn run_deleting_subsumed(
 /// naming it), and leaves only what the last checkpoints name.
 #[test]
 fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
-    let workload = dstl_cli::workload::Workload {
-        writers: 16,
-        // Enough that persists complete while the writers go on appending (40 MB each).
-        changes: 4_000_000,
-        change_size: 100,
-        key_groups: 128,
-        checkpoint_every: 2_000,
-        seed: 3,
-        manifests: None,
-        delete_subsumed: true,
-        max_pending_checkpoints: None,
-    };
+    // Enough changes that persists complete while the writers go on appending (40 MB each).
+    let workload = deleting_workload(16, 4_000_000, 2_000, 3);
     let summary = run_deleting_subsumed(&["dstl.dfs.preemptive-persist-threshold=16kb"], &workload);
     assert!(summary.deleted_files > 0, "{summary:?}");
 }
@@ -247,16 +249,9 @@ fn a_run_deletes_subsumed_files_and_none_a_checkpoint_still_names() {
 #[test]
 fn a_run_defers_checkpoints_past_its_cap_on_pending_ones() {
     let run = |max_pending_checkpoints| {
-        let workload = dstl_cli::workload::Workload {
-            writers: 2,
-            changes: 20_000,
-            change_size: 100,
-            key_groups: 128,
-            checkpoint_every: 100,
-            seed: 4,
-            manifests: None,
-            delete_subsumed: true,
+        let workload = Workload {
             max_pending_checkpoints,
+            ..deleting_workload(2, 20_000, 100, 4)
         };
         run_deleting_subsumed(&["dstl.dfs.batch.persist-delay=20ms"], &workload).checkpoints
     };
@@ -450,12 +445,10 @@ fn writers_closed_with_uploads_in_flight_leave_only_referenced_files() {
 
 #[test]
 fn back_pressure_blocks_until_uploads_complete() {
-    let (_tmp, storage, store) = open_temp(&[
-        "dstl.dfs.batch.persist-delay=0",
-        "dstl.dfs.batch.persist-size-threshold=0",
+    let (_tmp, storage, store) = open_temp(&unbatched(&[
         "dstl.dfs.upload.max-in-flight=1000b",
         "dstl.dfs.upload.timeout=0",
-    ]);
+    ]));
     store.plan([Fault::Hang]);
     let storage = Arc::new(storage);
     let a = storage.create_writer("a", RANGE).unwrap();
@@ -507,14 +500,12 @@ fn a_task_above_the_limit_is_admitted_when_below_it() {
 /// blocks on capacity.
 #[test]
 fn no_deadlock_when_an_upload_completes_while_the_writer_waits_for_capacity() {
-    let (_tmp, storage, store) = open_temp(&[
-        "dstl.dfs.batch.persist-delay=0",
-        "dstl.dfs.batch.persist-size-threshold=0",
+    let (_tmp, storage, store) = open_temp(&unbatched(&[
         "dstl.dfs.upload.max-in-flight=10b",
         "dstl.dfs.upload.num-threads=1",
         "dstl.dfs.upload.timeout=0",
         "dstl.dfs.preemptive-persist-threshold=0",
-    ]);
+    ]));
     store.plan([Fault::Hang, Fault::Hang]);
     let storage = Arc::new(storage);
     let s = storage.clone();
@@ -629,17 +620,8 @@ fn closing_the_storage_fails_queued_uploads() {
     assert_eq!(storage.metrics().upload_queue_size, 1);
     let started = Instant::now();
     storage.close();
-    let error = pending.wait().unwrap_err();
-    assert!(
-        matches!(
-            &error,
-            Error::Upload {
-                source: UploadError::ClosedBeforeStart,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    let source = upload_error(pending.wait());
+    assert!(matches!(source, UploadError::ClosedBeforeStart), "{source}");
     assert!(started.elapsed() < EVENTUALLY);
     // The writer learns about it on its next persist, with a typed error.
     let error = w.persist(0, 2).unwrap_err();
@@ -652,13 +634,11 @@ fn closing_the_storage_fails_queued_uploads() {
 /// than its call deadline is not interrupted: the deadline counts guest time only.
 #[test]
 fn waiting_for_capacity_does_not_count_against_the_call_deadline() {
-    let (_tmp, storage, store) = open_temp(&[
-        "dstl.dfs.batch.persist-delay=0",
-        "dstl.dfs.batch.persist-size-threshold=0",
+    let (_tmp, storage, store) = open_temp(&unbatched(&[
         "dstl.dfs.upload.max-in-flight=10b",
         "dstl.dfs.upload.timeout=0",
         "dstl.writer.call-timeout=5ms",
-    ]);
+    ]));
     store.plan([Fault::Delay(Duration::from_millis(300))]);
     let w = storage.create_writer("patient", RANGE).unwrap();
     w.append(0, &[1; 10]).unwrap();
@@ -706,17 +686,8 @@ fn close_fails_persists_whose_uploads_are_still_running() {
     let outcome = spawn(move || pending.wait())
         .recv_timeout(Duration::from_secs(10))
         .expect("the persist completes at close, not when the writer is dropped");
-    let error = outcome.unwrap_err();
-    assert!(
-        matches!(
-            &error,
-            Error::Upload {
-                source: UploadError::Abandoned,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    let source = upload_error(outcome);
+    assert!(matches!(source, UploadError::Abandoned), "{source}");
     assert!(closed_after < EVENTUALLY);
     // The writer is still usable and says the storage is closed.
     assert!(w.persist(0, 2).is_err());
@@ -819,12 +790,10 @@ fn a_frozen_store_fails_persists_within_the_retry_policy() {
 fn closing_a_writer_ends_its_call_waiting_for_capacity() {
     for own_lock in [false, true] {
         let (_tmp, _storage, store, w) = planned(
-            &[
-                "dstl.dfs.batch.persist-delay=0",
-                "dstl.dfs.batch.persist-size-threshold=0",
+            &unbatched(&[
                 "dstl.dfs.upload.max-in-flight=10b",
                 "dstl.dfs.upload.timeout=0",
-            ],
+            ]),
             [Fault::Hang],
             &[1; 10],
         );
@@ -883,10 +852,7 @@ fn closing_a_writer_ends_its_call_waiting_for_capacity() {
 /// is needed, however the uploads' completions interleave with its appends.
 #[test]
 fn persists_of_an_idle_writer_complete_without_further_calls() {
-    let (_tmp, storage, _store) = open_temp(&[
-        "dstl.dfs.batch.persist-delay=0",
-        "dstl.dfs.batch.persist-size-threshold=0",
-    ]);
+    let (_tmp, storage, _store) = open_temp(&unbatched(&[]));
     let w = storage.create_writer("op", RANGE).unwrap();
     let mut pending = Vec::new();
     let mut from = 0;

@@ -33,8 +33,15 @@ fn writer(threshold: u64) -> Writer {
     Writer::new(config(threshold, false)).expect("valid config")
 }
 
-fn local_writer(threshold: u64) -> Writer {
-    Writer::new(config(threshold, true)).expect("valid config")
+/// A writer and a fresh [`Fake`], as most tests start.
+fn open(threshold: u64) -> (Writer, Fake) {
+    (writer(threshold), Fake::default())
+}
+
+/// A writer with local recovery and a [`Fake`] whose uploads make local copies.
+fn open_local(threshold: u64) -> (Writer, Fake) {
+    let w = Writer::new(config(threshold, true)).expect("valid config");
+    (w, Fake::with_local_copies())
 }
 
 /// Deterministic "random" payload.
@@ -48,6 +55,18 @@ fn bytes(len: usize, seed: u8) -> Vec<u8> {
 fn append(w: &mut Writer, fx: &mut Fake, value: &[u8]) -> SequenceNumber {
     let sqn = w.next_sequence_number();
     w.append(fx, KG, value).expect("append");
+    sqn
+}
+
+/// Appends `value` as a change set of its own (the next append opens another); returns its
+/// sequence number.
+fn append_closed(w: &mut Writer, fx: &mut Fake, value: &[u8]) -> SequenceNumber {
+    let sqn = append(w, fx, value);
+    assert_eq!(
+        w.next_sequence_number(),
+        sqn + 1,
+        "the change set is closed"
+    );
     sqn
 }
 
@@ -323,9 +342,51 @@ fn upload_all(w: &mut Writer, fx: &mut Fake) -> Vec<PersistCompletion> {
     completions
 }
 
+/// Persists `[from, next)` as `checkpoint`, which must wait for an upload, uploads every
+/// pending task and returns the snapshot the persist completes with.
+fn persist_uploaded(
+    w: &mut Writer,
+    fx: &mut Fake,
+    from: SequenceNumber,
+    checkpoint: CheckpointId,
+) -> SnapshotResult {
+    let ticket = pending(w.persist(fx, from, checkpoint));
+    completed(&upload_all(w, fx), ticket)
+}
+
+/// How Flink's local-recovery writer tests start: a local writer (threshold 100) whose
+/// checkpoint 1, over one small change set (sqn 0), is uploaded and confirmed. Returns
+/// the writer, its fake and the end of checkpoint 1's range.
+fn local_after_checkpoint_1() -> (Writer, Fake, SequenceNumber) {
+    let (mut w, mut fx) = open_local(100);
+    let initial = w.initial_sequence_number();
+    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
+    let (cp1_sqn, _) = run_checkpoint(&mut w, &mut fx, initial, 1);
+    (w, fx, cp1_sqn)
+}
+
+/// A checkpoint as Flink's writer tests take one: [`persist_uploaded`], then confirm the
+/// range. Returns the range's end (exclusive) and the snapshot.
+fn run_checkpoint(
+    w: &mut Writer,
+    fx: &mut Fake,
+    from: SequenceNumber,
+    checkpoint: CheckpointId,
+) -> (SequenceNumber, SnapshotResult) {
+    let to = w.next_sequence_number();
+    let snapshot = persist_uploaded(w, fx, from, checkpoint);
+    w.confirm(fx, from, to, checkpoint).expect("confirm");
+    (to, snapshot)
+}
+
 fn fail(w: &mut Writer, fx: &mut Fake, id: u64) -> Vec<PersistCompletion> {
     assert!(fx.finished.insert(id), "task {id} already has an outcome");
     w.on_upload_failed(fx, id)
+}
+
+/// The error of a persist whose upload task `task` failed.
+fn upload_failed(task: u64) -> WriterError {
+    WriterError::UploadFailed(UploadFailure::Failed(FailedTask { task }))
 }
 
 fn batch_lengths(total: u64, data: u64) -> WriterError {
@@ -403,8 +464,7 @@ fn change(key_group: i32, value: &[u8]) -> Change {
 #[test]
 fn preemptive_threshold_is_inclusive() {
     // Spec probe: threshold 10 -> 9 bytes no flush; one more byte -> flush, active 0 -> 1.
-    let mut w = writer(10);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(10);
     w.append(&mut fx, KG, &bytes(9, 1)).unwrap();
     assert!(fx.scheduled.is_empty());
     assert_eq!(w.active_sequence_number(), 0);
@@ -427,39 +487,23 @@ fn paths_of(handles: &[StreamHandle]) -> Vec<String> {
 
 #[test]
 fn test_file_available_after_pre_upload() {
-    let mut w = writer(100);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(100);
     let initial = w.initial_sequence_number();
 
     w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // sqn 0
-    let mut checkpoint = 1;
-    let cp1_sqn = w.next_sequence_number();
-    w.persist(&mut fx, initial, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
+    let (cp1_sqn, _) = run_checkpoint(&mut w, &mut fx, initial, 1);
 
     w.append(&mut fx, KG, &bytes(10, 1)).unwrap(); // sqn 1
     let materialization_sqn = w.next_sequence_number();
     w.append(&mut fx, KG, &bytes(10, 2)).unwrap(); // sqn 2
-
-    checkpoint += 1;
-    let cp2_sqn = w.next_sequence_number();
-    w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, materialization_sqn, cp2_sqn, checkpoint)
-        .unwrap();
+    let (cp2_sqn, _) = run_checkpoint(&mut w, &mut fx, materialization_sqn, 2);
 
     // checkpoint 1 subsumed
     w.truncate(&mut fx, materialization_sqn.min(cp1_sqn))
         .unwrap();
 
     w.append(&mut fx, KG, &bytes(10, 3)).unwrap(); // sqn 3
-    checkpoint += 1;
-    let cp3_sqn = w.next_sequence_number();
-    w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, materialization_sqn, cp3_sqn, checkpoint)
-        .unwrap();
+    run_checkpoint(&mut w, &mut fx, materialization_sqn, 3);
 
     // pre-emptive upload
     w.append(&mut fx, KG, &bytes(100, 4)).unwrap(); // sqn 4
@@ -469,16 +513,11 @@ fn test_file_available_after_pre_upload() {
     w.truncate(&mut fx, materialization_sqn.min(cp2_sqn))
         .unwrap();
 
-    checkpoint += 1;
+    // Everything checkpoint 4 covers is uploaded already: it is ready at once.
     let cp4_sqn = w.next_sequence_number();
-    let reply = w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
-    let completions = upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, materialization_sqn, cp4_sqn, checkpoint)
-        .unwrap();
-    let cp4 = match reply {
-        PersistReply::Ready(snapshot) => snapshot,
-        PersistReply::Pending(ticket) => completed(&completions, ticket),
-    };
+    let cp4 = ready(w.persist(&mut fx, materialization_sqn, 4));
+    assert!(upload_all(&mut w, &mut fx).is_empty());
+    w.confirm(&mut fx, materialization_sqn, cp4_sqn, 4).unwrap();
 
     assert!(!cp4.remote.entries.is_empty());
     for path in paths(&cp4.remote) {
@@ -494,8 +533,7 @@ fn test_file_available_after_pre_upload() {
 
 #[test]
 fn test_file_available_after_close() {
-    let mut w = writer(100);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(100);
     let initial = w.initial_sequence_number();
     w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // sqn 0
     let cp1_sqn = w.next_sequence_number();
@@ -527,26 +565,14 @@ fn test_file_available_after_close() {
 
 #[test]
 fn test_local_file_discard() {
-    let mut w = local_writer(100);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx, _) = local_after_checkpoint_1();
     let initial = w.initial_sequence_number();
-
-    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
-    let mut checkpoint = 1;
-    let cp1_sqn = w.next_sequence_number();
-    w.persist(&mut fx, initial, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
 
     // pre-emptive upload
     w.append(&mut fx, KG, &bytes(100, 1)).unwrap();
     upload_all(&mut w, &mut fx);
     w.append(&mut fx, KG, &bytes(10, 2)).unwrap();
-    checkpoint += 1;
-    let cp2_sqn = w.next_sequence_number();
-    let ticket2 = pending(w.persist(&mut fx, initial, checkpoint));
-    let result2 = completed(&upload_all(&mut w, &mut fx), ticket2);
-    w.confirm(&mut fx, initial, cp2_sqn, checkpoint).unwrap();
+    let (_, result2) = run_checkpoint(&mut w, &mut fx, initial, 2);
     let local2 = result2
         .local
         .clone()
@@ -561,12 +587,7 @@ fn test_local_file_discard() {
 
     let materialization_sqn = w.next_sequence_number();
     w.append(&mut fx, KG, &bytes(10, 3)).unwrap();
-    checkpoint += 1;
-    let cp3_sqn = w.next_sequence_number();
-    w.persist(&mut fx, materialization_sqn, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, materialization_sqn, cp3_sqn, checkpoint)
-        .unwrap();
+    run_checkpoint(&mut w, &mut fx, materialization_sqn, 3);
     for path in paths(&local2) {
         assert!(
             fx.is_deleted(&path),
@@ -578,7 +599,7 @@ fn test_local_file_discard() {
     // local handle (only one of four change sets still has a local copy) and registers
     // nothing deleted.
     let registrations_before = fx.local_registrations.len();
-    let later = ready(w.persist(&mut fx, initial, checkpoint + 1));
+    let later = ready(w.persist(&mut fx, initial, 4));
     assert_eq!(later.remote.entries.len(), 4);
     assert_eq!(later.local, None);
     for (path, _) in &fx.local_registrations[registrations_before..] {
@@ -588,35 +609,20 @@ fn test_local_file_discard() {
 
 #[test]
 fn test_local_file_after_materialize() {
-    let mut w = local_writer(100);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx, cp1_sqn) = local_after_checkpoint_1();
     let initial = w.initial_sequence_number();
 
-    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
-    let mut checkpoint = 1;
-    let cp1_sqn = w.next_sequence_number();
-    w.persist(&mut fx, initial, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
-
     w.append(&mut fx, KG, &bytes(10, 1)).unwrap();
-    checkpoint += 1;
-    let cp2_sqn = w.next_sequence_number();
-    w.persist(&mut fx, initial, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, initial, cp2_sqn, checkpoint).unwrap();
+    run_checkpoint(&mut w, &mut fx, initial, 2);
 
     w.append(&mut fx, KG, &bytes(10, 2)).unwrap();
-    checkpoint += 1;
     let cp3_sqn = w.next_sequence_number();
-    let ticket3 = pending(w.persist(&mut fx, initial, checkpoint));
-    let result3 = completed(&upload_all(&mut w, &mut fx), ticket3);
+    let result3 = persist_uploaded(&mut w, &mut fx, initial, 3);
 
     let materialization_sqn = w.next_sequence_number();
     w.truncate(&mut fx, materialization_sqn.min(cp1_sqn))
         .unwrap();
-    w.confirm(&mut fx, materialization_sqn, cp3_sqn, checkpoint)
-        .unwrap();
+    w.confirm(&mut fx, materialization_sqn, cp3_sqn, 3).unwrap();
     w.append(&mut fx, KG, &bytes(10, 3)).unwrap();
 
     assert_eq!(result3.remote.entries.len(), 3);
@@ -643,27 +649,17 @@ fn test_local_file_after_materialize() {
 
 #[test]
 fn test_local_file_abort() {
-    let mut w = local_writer(100);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx, _) = local_after_checkpoint_1();
     let initial = w.initial_sequence_number();
-
-    w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
-    let mut checkpoint = 1;
-    let cp1_sqn = w.next_sequence_number();
-    w.persist(&mut fx, initial, checkpoint).unwrap();
-    upload_all(&mut w, &mut fx);
-    w.confirm(&mut fx, initial, cp1_sqn, checkpoint).unwrap();
 
     w.append(&mut fx, KG, &bytes(200, 1)).unwrap(); // pre-emptive
     upload_all(&mut w, &mut fx);
     w.append(&mut fx, KG, &bytes(10, 2)).unwrap();
-    checkpoint += 1;
     let cp2_sqn = w.next_sequence_number();
-    let ticket2 = pending(w.persist(&mut fx, initial, checkpoint));
-    let result2 = completed(&upload_all(&mut w, &mut fx), ticket2);
+    let result2 = persist_uploaded(&mut w, &mut fx, initial, 2);
 
     // checkpoint 2 aborted: all its local files are deleted
-    w.reset(&mut fx, initial, cp2_sqn, checkpoint).unwrap();
+    w.reset(&mut fx, initial, cp2_sqn, 2).unwrap();
     let local2 = result2.local.expect("checkpoint 2 has a local handle");
     assert_eq!(local2.entries.len(), 3);
     for path in paths(&local2) {
@@ -671,12 +667,8 @@ fn test_local_file_abort() {
     }
 
     w.append(&mut fx, KG, &bytes(10, 3)).unwrap();
-    checkpoint += 1;
-    let cp3_sqn = w.next_sequence_number();
     let registrations_before = fx.local_registrations.len();
-    let ticket3 = pending(w.persist(&mut fx, initial, checkpoint));
-    let result3 = completed(&upload_all(&mut w, &mut fx), ticket3);
-    w.confirm(&mut fx, initial, cp3_sqn, checkpoint).unwrap();
+    let (_, result3) = run_checkpoint(&mut w, &mut fx, initial, 3);
 
     // Our fix (F5): later snapshots never reference a discarded local copy. Three of
     // the four change sets lost theirs, so checkpoint 3 is remote-only (with a warning).
@@ -709,8 +701,7 @@ fn test_local_file_abort() {
 
 #[test]
 fn test_no_re_upload_before_completion() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     let t1 = pending(w.persist(&mut fx, sqn, 1));
     let t2 = pending(w.persist(&mut fx, sqn, 2));
@@ -726,8 +717,7 @@ fn test_no_re_upload_before_completion() {
 
 #[test]
 fn test_persist_newly_appended() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     w.persist(&mut fx, sqn, 1).unwrap();
     let payload = bytes(10, 1);
@@ -741,8 +731,7 @@ fn test_persist_newly_appended() {
 
 #[test]
 fn test_persist_after_reset() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let payload = bytes(10, 5);
     let sqn = append(&mut w, &mut fx, &payload);
     w.reset(&mut fx, sqn, u64::MAX, i64::MAX).unwrap();
@@ -756,17 +745,11 @@ fn test_persist_after_reset() {
 
 #[test]
 fn test_persist_failure() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     let ticket = pending(w.persist(&mut fx, sqn, 1));
     let completions = fail(&mut w, &mut fx, 0);
-    assert_eq!(
-        outcome(&completions, ticket),
-        Err(WriterError::UploadFailed(UploadFailure::Failed(
-            FailedTask { task: 0 }
-        )))
-    );
+    assert_eq!(outcome(&completions, ticket), Err(upload_failed(0)));
     // At debug level: the uploader reported the failure already.
     assert!(fx.logs.iter().any(|(level, m)| *level == Level::Debug
         && m.contains("upload task 0 of change sets [0] failed")));
@@ -774,8 +757,7 @@ fn test_persist_failure() {
 
 #[test]
 fn test_persist_failed_changes() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     w.persist(&mut fx, sqn, 1).unwrap();
     fail(&mut w, &mut fx, 0);
@@ -792,8 +774,7 @@ fn test_persist_failed_changes() {
 
 #[test]
 fn test_persist_non_failed_changes() {
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let payload = bytes(10, 0);
     let sqn1 = append(&mut w, &mut fx, &payload);
     w.persist(&mut fx, sqn1, 1).unwrap();
@@ -813,8 +794,7 @@ fn test_persist_non_failed_changes() {
 fn test_truncate() {
     // Upstream: append (sqn 0 still open), truncate(sqn + 1) -> rejected, because 1 is
     // beyond the active sequence number 0.
-    let mut w = writer(1000);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1000);
     let sqn = append(&mut w, &mut fx, &bytes(10, 0));
     assert_eq!(
         w.truncate(&mut fx, sqn + 1),
@@ -916,8 +896,7 @@ fn sequence_numbers_advance_only_at_rollover() {
         ),
     ];
     for (name, ops, active) in cases {
-        let mut w = writer(u64::MAX);
-        let mut fx = Fake::default();
+        let (mut w, mut fx) = open(u64::MAX);
         ops(&mut w, &mut fx);
         assert!(
             fx.scheduled.iter().all(|t| !t.change_sets.is_empty()),
@@ -933,8 +912,7 @@ fn sequence_numbers_advance_only_at_rollover() {
 
 #[test]
 fn persist_not_yet_appended_message() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     assert_eq!(
         w.persist(&mut fx, 1, 1),
         Err(WriterError::NotYetAppended(NotYetAppended {
@@ -956,11 +934,9 @@ fn persist_not_yet_appended_message() {
 
 #[test]
 fn persist_truncated_message() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     for seed in 0..3 {
-        w.append(&mut fx, KG, &bytes(4, seed)).unwrap();
-        w.next_sequence_number();
+        append_closed(&mut w, &mut fx, &bytes(4, seed));
     }
     w.truncate(&mut fx, 2).unwrap();
     let err = w.persist(&mut fx, 1, 1).unwrap_err();
@@ -983,20 +959,13 @@ fn persist_truncated_message() {
 
 #[test]
 fn persist_check_order_already_failed_before_truncated() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
-    w.append(&mut fx, KG, b"a").unwrap();
-    w.next_sequence_number();
+    let (mut w, mut fx) = open(u64::MAX);
+    append_closed(&mut w, &mut fx, b"a");
     w.append(&mut fx, KG, b"b").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1));
     assert_eq!(fx.scheduled_sqns(), vec![vec![0, 1]]);
     let completions = fail(&mut w, &mut fx, 0);
-    assert_eq!(
-        outcome(&completions, ticket),
-        Err(WriterError::UploadFailed(UploadFailure::Failed(
-            FailedTask { task: 0 }
-        )))
-    );
+    assert_eq!(outcome(&completions, ticket), Err(upload_failed(0)));
     w.truncate(&mut fx, 1).unwrap();
     // from = 0 is both below the truncation point and at/below the highest failed sqn 1:
     // the failure check comes first.
@@ -1022,26 +991,20 @@ fn persist_check_order_already_failed_before_truncated() {
 
 #[test]
 fn confirm_range_messages() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
-    w.append(&mut fx, KG, b"a").unwrap();
-    w.next_sequence_number(); // active 1
-    assert_eq!(
-        w.confirm(&mut fx, 2, 1, 1),
-        Err(WriterError::InvalidRange(InvalidRange {
-            start: 2,
-            end: 1,
-            active: 1,
-        }))
-    );
-    assert_eq!(
-        w.confirm(&mut fx, 0, 5, 1),
-        Err(WriterError::InvalidRange(InvalidRange {
-            start: 0,
-            end: 5,
-            active: 1,
-        }))
-    );
+    let (mut w, mut fx) = open(u64::MAX);
+    append_closed(&mut w, &mut fx, b"a"); // active 1
+    // A range that ends before it starts, and one beyond the active sequence number.
+    for (start, end) in [(2, 1), (0, 5)] {
+        assert_eq!(
+            w.confirm(&mut fx, start, end, 1),
+            Err(WriterError::InvalidRange(InvalidRange {
+                start,
+                end,
+                active: 1,
+            })),
+            "[{start}, {end})"
+        );
+    }
     assert_eq!(
         w.confirm(&mut fx, 2, 2, 1).unwrap_err().to_string(),
         "Invalid confirm range: [2,2), active sqn: 1"
@@ -1059,13 +1022,10 @@ fn confirm_range_messages() {
 
 #[test]
 fn confirm_stops_tracking_remote_then_local_and_keeps_entries() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
-    w.append(&mut fx, KG, b"a").unwrap();
-    w.next_sequence_number();
+    let (mut w, mut fx) = open_local(u64::MAX);
+    append_closed(&mut w, &mut fx, b"a");
     w.append(&mut fx, KG, b"b").unwrap();
-    let ticket = pending(w.persist(&mut fx, 0, 1));
-    let first = completed(&upload_all(&mut w, &mut fx), ticket);
+    let first = persist_uploaded(&mut w, &mut fx, 0, 1);
     w.confirm(&mut fx, 0, 2, 1).unwrap();
     assert_eq!(
         paths_of(&fx.stop_trackings),
@@ -1084,10 +1044,8 @@ fn confirm_stops_tracking_remote_then_local_and_keeps_entries() {
 
 #[test]
 fn truncate_beyond_active_is_rejected_without_effect() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
-    w.append(&mut fx, KG, b"a").unwrap();
-    w.next_sequence_number(); // active 1
+    let (mut w, mut fx) = open(u64::MAX);
+    append_closed(&mut w, &mut fx, b"a"); // active 1
     assert_eq!(
         w.truncate(&mut fx, 2),
         Err(WriterError::InvalidArgument(
@@ -1100,8 +1058,7 @@ fn truncate_beyond_active_is_rejected_without_effect() {
 
 #[test]
 fn second_close_is_rejected() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     assert_eq!(w.close(&mut fx), Ok(vec![]));
     let err = w.close(&mut fx).unwrap_err();
     assert_eq!(
@@ -1120,8 +1077,7 @@ fn second_close_is_rejected() {
 
 #[test]
 fn negative_key_group_is_rejected() {
-    let mut w = writer(1);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1);
     for key_group in [-1, -2, i32::MIN] {
         assert_eq!(
             w.append(&mut fx, key_group, b"x"),
@@ -1139,8 +1095,7 @@ fn negative_key_group_is_rejected() {
 
 #[test]
 fn key_group_outside_range_is_rejected() {
-    let mut w = writer(1);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(1);
     for key_group in [10, i32::MAX] {
         assert_eq!(
             w.append(&mut fx, key_group, b"x"),
@@ -1166,92 +1121,105 @@ fn invalid_key_group_range_is_rejected() {
         c.key_group_range = KeyGroupRange { start, end };
         Writer::new(c).err()
     };
-    assert_eq!(
-        bad(-1, 5),
-        Some(WriterError::InvalidArgument(
-            InvalidArgument::KeyGroupRange(KeyGroupRange { start: -1, end: 5 })
-        ))
-    );
-    assert_eq!(
-        bad(6, 5),
-        Some(WriterError::InvalidArgument(
-            InvalidArgument::KeyGroupRange(KeyGroupRange { start: 6, end: 5 })
-        ))
-    );
+    for (start, end) in [(-1, 5), (6, 5)] {
+        assert_eq!(
+            bad(start, end),
+            Some(WriterError::InvalidArgument(
+                InvalidArgument::KeyGroupRange(KeyGroupRange { start, end })
+            )),
+            "[{start}, {end}]"
+        );
+    }
     assert_eq!(bad(5, 5), None);
     let w = writer(1);
     assert_eq!(w.config(), &config(1, false));
     assert_eq!(w.initial_sequence_number(), 0);
 }
 
+/// Batches the writer refuses whole, one row each: what is wrong with the batch, its
+/// columns (key groups, lengths, data) and the error. The threshold is 1: any change taken
+/// from a batch would be uploaded at once, so nothing scheduled shows nothing was taken.
 #[test]
-fn packed_batch_with_mismatched_columns_is_rejected() {
-    let mut w = writer(1);
-    let mut fx = Fake::default();
-    assert_eq!(
-        w.append_batch(&mut fx, &[0, 1], &[1], b"ab"),
-        Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
-            BatchColumns {
+fn malformed_packed_batches_are_rejected_whole() {
+    // The per-value i32 limit needs > 2 GiB of data to reach; a batch can only claim it.
+    let huge = i32::MAX as u32 + 1;
+    type Case<'a> = (&'a str, &'a [i32], &'a [u32], &'a [u8], WriterError);
+    let cases: [Case; 7] = [
+        (
+            "mismatched columns",
+            &[0, 1],
+            &[1],
+            b"ab",
+            WriterError::InvalidArgument(InvalidArgument::BatchColumns(BatchColumns {
                 key_groups: 2,
-                lengths: 1
-            }
-        )))
-    );
-    assert!(fx.scheduled.is_empty());
-}
-
-#[test]
-fn packed_batch_lengths_must_add_up() {
-    let mut w = writer(1);
-    let mut fx = Fake::default();
-    assert_eq!(
-        w.append_batch(&mut fx, &[0, 1], &[1, 2], b"ab"),
-        Err(batch_lengths(3, 2))
-    );
-    assert_eq!(
-        w.append_batch(&mut fx, &[0], &[1], b"ab"),
-        Err(batch_lengths(1, 2))
-    );
-    // u32 lengths that overflow a u32 sum are still caught.
-    assert_eq!(
-        w.append_batch(&mut fx, &[0, 0], &[u32::MAX, 1], b""),
-        Err(batch_lengths(u32::MAX as u64 + 1, 0))
-    );
-    assert!(fx.scheduled.is_empty());
-}
-
-#[test]
-fn packed_batch_is_all_or_nothing() {
-    let mut w = writer(1);
-    let mut fx = Fake::default();
-    // The first change is valid and (threshold 1) would be uploaded at once if appended.
-    assert_eq!(
-        w.append_batch(&mut fx, &[0, 10], &[1, 1], b"ab"),
-        Err(WriterError::InvalidArgument(InvalidArgument::OutsideRange(
-            OutsideRange {
+                lengths: 1,
+            })),
+        ),
+        (
+            "lengths beyond the data",
+            &[0, 1],
+            &[1, 2],
+            b"ab",
+            batch_lengths(3, 2),
+        ),
+        (
+            "lengths short of the data",
+            &[0],
+            &[1],
+            b"ab",
+            batch_lengths(1, 2),
+        ),
+        (
+            "u32 lengths whose sum overflows a u32",
+            &[0, 0],
+            &[u32::MAX, 1],
+            b"",
+            batch_lengths(u32::MAX as u64 + 1, 0),
+        ),
+        (
+            "a length beyond i32::MAX: the totals are checked first",
+            &[0],
+            &[huge],
+            b"",
+            batch_lengths(huge.into(), 0),
+        ),
+        (
+            "a valid change, then a key group outside the range",
+            &[0, 10],
+            &[1, 1],
+            b"ab",
+            WriterError::InvalidArgument(InvalidArgument::OutsideRange(OutsideRange {
                 key_group: 10,
-                range: KeyGroupRange { start: 0, end: 9 }
-            }
-        )))
-    );
-    assert_eq!(
-        w.append_batch(&mut fx, &[3, -2], &[1, 1], b"ab"),
-        Err(WriterError::InvalidArgument(
-            InvalidArgument::NegativeBatchKeyGroup(-2)
-        ))
-    );
-    assert!(
-        fx.scheduled.is_empty(),
-        "nothing of a rejected batch is appended"
-    );
-    assert_eq!(w.next_sequence_number(), 0);
-    assert_eq!(w.active_sequence_number(), 0);
+                range: KeyGroupRange { start: 0, end: 9 },
+            })),
+        ),
+        (
+            "a valid change, then a negative key group",
+            &[3, -2],
+            &[1, 1],
+            b"ab",
+            WriterError::InvalidArgument(InvalidArgument::NegativeBatchKeyGroup(-2)),
+        ),
+    ];
+    for (name, key_groups, lengths, data, error) in cases {
+        let (mut w, mut fx) = open(1);
+        assert_eq!(
+            w.append_batch(&mut fx, key_groups, lengths, data),
+            Err(error),
+            "{name}"
+        );
+        assert!(
+            fx.scheduled.is_empty(),
+            "{name}: nothing of a rejected batch is appended"
+        );
+        assert_eq!(w.next_sequence_number(), 0, "{name}");
+        assert_eq!(w.active_sequence_number(), 0, "{name}");
+    }
 }
 
 #[test]
 fn packed_batch_appends_metadata_and_data() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append_batch(&mut fx, &[], &[], b"").unwrap();
     assert_eq!(
         w.next_sequence_number(),
@@ -1320,25 +1288,13 @@ fn packed_batch_preemptive_persists_like_individual_appends() {
     assert_eq!(fx_batched.scheduled, fx_single.scheduled);
 }
 
-#[test]
-fn packed_batch_huge_length_fails_the_total_check_first() {
-    // The per-value i32 limit needs > 2 GiB of data to reach; a batch can only claim it.
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
-    let huge = i32::MAX as u32 + 1;
-    let err = w.append_batch(&mut fx, &[0], &[huge], &[]).unwrap_err();
-    // Validation of the totals comes first.
-    assert_eq!(err, batch_lengths(huge.into(), 0));
-}
-
 // ---------------------------------------------------------------------------------------
 // Deliberate fixes (F1–F15) and other port behaviour
 // ---------------------------------------------------------------------------------------
 
 #[test]
 fn operations_after_close_return_closed() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
     w.close(&mut fx).unwrap();
     let closed = |op| Err(WriterError::Closed(Closed::AfterClose(op)));
@@ -1376,8 +1332,7 @@ fn operations_after_close_return_closed() {
 
 #[test]
 fn close_fails_every_pending_persist() {
-    let mut w = writer(100);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(100);
     w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // sqn 0
     let t1 = pending(w.persist(&mut fx, 0, 1)); // task 0: [0]
     w.append(&mut fx, KG, &bytes(100, 1)).unwrap(); // pre-emptive task 1: [1]
@@ -1407,8 +1362,7 @@ fn close_fails_every_pending_persist() {
 
 #[test]
 fn results_after_close_are_released_not_deleted() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"abc").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1));
     let completions = w.close(&mut fx).unwrap();
@@ -1441,8 +1395,7 @@ fn results_after_close_are_released_not_deleted() {
 
 #[test]
 fn failure_after_close_is_ignored() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"abc").unwrap();
     pending(w.persist(&mut fx, 0, 1));
     w.close(&mut fx).unwrap();
@@ -1453,8 +1406,7 @@ fn failure_after_close_is_ignored() {
 
 #[test]
 fn incremental_size_counts_every_contributing_upload() {
-    let mut w = writer(100);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(100);
     w.append(&mut fx, KG, &bytes(100, 0)).unwrap(); // pre-emptive task 0: [0]
     w.append(&mut fx, KG, &bytes(10, 1)).unwrap(); // sqn 1
     let ticket = pending(w.persist(&mut fx, 0, 1)); // task 1: [1], waits on task 0 too
@@ -1472,22 +1424,18 @@ fn incremental_size_counts_every_contributing_upload() {
 fn incremental_size_counts_only_new_uploads() {
     // Spec probe: a range of two change sets where one was already uploaded -> size 4,
     // incremental 1.
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"abc").unwrap();
-    let t1 = pending(w.persist(&mut fx, 0, 1));
-    completed(&upload_all(&mut w, &mut fx), t1);
+    persist_uploaded(&mut w, &mut fx, 0, 1);
     w.append(&mut fx, KG, b"d").unwrap();
-    let t2 = pending(w.persist(&mut fx, 0, 2));
-    let snapshot = completed(&upload_all(&mut w, &mut fx), t2);
+    let snapshot = persist_uploaded(&mut w, &mut fx, 0, 2);
     assert_eq!(snapshot.remote.state_size, 4);
     assert_eq!(snapshot.remote.incremental_size, 1);
 }
 
 #[test]
 fn persist_completes_when_inflight_preemptive_upload_lands() {
-    let mut w = writer(10);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(10);
     let payload = bytes(10, 4);
     w.append(&mut fx, KG, &payload).unwrap(); // pre-emptive task 0
     assert!(fx.scheduled[0].preemptive, "no checkpoint waits for it");
@@ -1508,8 +1456,7 @@ fn persist_completes_when_inflight_preemptive_upload_lands() {
 
 #[test]
 fn persist_with_nothing_appended_is_ready_and_empty() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     let snapshot = ready(w.persist(&mut fx, 0, 1));
     assert!(snapshot.remote.entries.is_empty());
     assert_eq!(snapshot.remote.state_size, 0);
@@ -1521,8 +1468,7 @@ fn persist_with_nothing_appended_is_ready_and_empty() {
 
     // Also after uploads: from == active.
     w.append(&mut fx, KG, b"a").unwrap();
-    let t = pending(w.persist(&mut fx, 0, 2));
-    completed(&upload_all(&mut w, &mut fx), t);
+    persist_uploaded(&mut w, &mut fx, 0, 2);
     let snapshot = ready(w.persist(&mut fx, 1, 3));
     assert!(snapshot.remote.entries.is_empty());
     assert_eq!(fx.scheduled.len(), 1);
@@ -1530,13 +1476,10 @@ fn persist_with_nothing_appended_is_ready_and_empty() {
 
 #[test]
 fn second_persist_of_uploaded_range_is_ready_with_zero_incremental_size() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
-    w.append(&mut fx, KG, b"abc").unwrap();
-    w.next_sequence_number();
+    let (mut w, mut fx) = open_local(u64::MAX);
+    append_closed(&mut w, &mut fx, b"abc");
     w.append(&mut fx, 1, b"de").unwrap();
-    let ticket = pending(w.persist(&mut fx, 0, 1));
-    let first = completed(&upload_all(&mut w, &mut fx), ticket);
+    let first = persist_uploaded(&mut w, &mut fx, 0, 1);
     assert_eq!(first.remote.incremental_size, 5);
     assert_eq!(
         first
@@ -1560,8 +1503,7 @@ fn second_persist_of_uploaded_range_is_ready_with_zero_incremental_size() {
 
 #[test]
 fn refused_schedule_fails_persist_and_marks_sqns_failed() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"abc").unwrap();
     fx.refuse = Some(Refusal::StorageClosed);
     let cause = UploadFailure::Refused(Refused {
@@ -1621,8 +1563,7 @@ fn refused_preemptive_schedule_fails_the_append() {
 #[test]
 fn refused_schedule_fails_overlapping_pending_persists() {
     // A persist waiting on an in-flight upload and covering the refused sqn fails too.
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
     let t1 = pending(w.persist(&mut fx, 0, 1)); // task 0: [0]
     w.append(&mut fx, KG, b"b").unwrap();
@@ -1639,8 +1580,7 @@ fn refused_schedule_fails_overlapping_pending_persists() {
 
 #[test]
 fn upload_failure_fails_all_overlapping_persists() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
     let t1 = pending(w.persist(&mut fx, 0, 1));
     let t2 = pending(w.persist(&mut fx, 0, 2));
@@ -1648,44 +1588,32 @@ fn upload_failure_fails_all_overlapping_persists() {
     let t3 = pending(w.persist(&mut fx, 1, 3)); // task 1: [1], unaffected
     let completions = fail(&mut w, &mut fx, 0);
     assert_eq!(completions.len(), 2);
-    assert_eq!(
-        outcome(&completions, t1),
-        Err(WriterError::UploadFailed(UploadFailure::Failed(
-            FailedTask { task: 0 }
-        )))
-    );
-    assert_eq!(
-        outcome(&completions, t2),
-        Err(WriterError::UploadFailed(UploadFailure::Failed(
-            FailedTask { task: 0 }
-        )))
-    );
+    for ticket in [t1, t2] {
+        assert_eq!(
+            outcome(&completions, ticket),
+            Err(upload_failed(0)),
+            "ticket {ticket}"
+        );
+    }
     let completions = upload(&mut w, &mut fx, 1);
     completed(&completions, t3);
 }
 
 #[test]
 fn failure_below_truncation_is_not_remembered() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1));
     w.truncate(&mut fx, 1).unwrap();
     let completions = fail(&mut w, &mut fx, 0);
-    assert_eq!(
-        outcome(&completions, ticket),
-        Err(WriterError::UploadFailed(UploadFailure::Failed(
-            FailedTask { task: 0 }
-        )))
-    );
+    assert_eq!(outcome(&completions, ticket), Err(upload_failed(0)));
     w.append(&mut fx, KG, b"b").unwrap();
     pending(w.persist(&mut fx, 1, 2));
 }
 
 #[test]
 fn unknown_task_outcomes_are_released_and_logged() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1));
     let mut files = fx.write_file(&[0]);
@@ -1721,11 +1649,9 @@ fn unknown_task_outcomes_are_released_and_logged() {
 
 #[test]
 fn truncate_releases_uploaded_and_drops_not_uploaded() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
-    let t = pending(w.persist(&mut fx, 0, 1));
-    completed(&upload_all(&mut w, &mut fx), t);
+    persist_uploaded(&mut w, &mut fx, 0, 1);
     w.append(&mut fx, KG, b"b").unwrap(); // sqn 1, never uploaded
     assert_eq!(w.next_sequence_number(), 2);
     w.truncate(&mut fx, 2).unwrap();
@@ -1739,10 +1665,8 @@ fn truncate_releases_uploaded_and_drops_not_uploaded() {
 
 #[test]
 fn truncate_while_in_flight_releases_results_on_arrival() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
-    w.append(&mut fx, KG, b"a").unwrap();
-    w.next_sequence_number();
+    let (mut w, mut fx) = open_local(u64::MAX);
+    append_closed(&mut w, &mut fx, b"a");
     w.append(&mut fx, KG, b"b").unwrap();
     let ticket = pending(w.persist(&mut fx, 0, 1)); // task 0: [0, 1]
     w.truncate(&mut fx, 1).unwrap();
@@ -1769,8 +1693,7 @@ fn truncate_while_in_flight_releases_results_on_arrival() {
 
 #[test]
 fn truncate_and_close_releases_entries_from_on_only() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     for (i, value) in [b"a", b"b", b"c"].iter().enumerate() {
         w.append(&mut fx, KG, *value).unwrap();
         let t = pending(w.persist(&mut fx, i as u64, i as i64 + 1));
@@ -1799,8 +1722,7 @@ fn truncate_and_close_releases_entries_from_on_only() {
 fn local_files_registered_under_the_checkpoint_that_waits_on_them() {
     // Checkpoint 2 only waits on checkpoint 1's upload; Flink registers the result under 1
     // only, so confirming 2 deleted it (F5).
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
     let t1 = pending(w.persist(&mut fx, 0, 1));
     let t2 = pending(w.persist(&mut fx, 0, 2));
@@ -1827,8 +1749,7 @@ fn local_files_registered_under_the_checkpoint_that_waits_on_them() {
 
 #[test]
 fn local_files_of_inflight_preemptive_upload_registered_under_waiting_checkpoint() {
-    let mut w = local_writer(10);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(10);
     w.append(&mut fx, KG, &bytes(10, 0)).unwrap(); // pre-emptive task 0
     let ticket = pending(w.persist(&mut fx, 0, 1));
     let snapshot = completed(&upload(&mut w, &mut fx, 0), ticket);
@@ -1840,8 +1761,7 @@ fn local_files_of_inflight_preemptive_upload_registered_under_waiting_checkpoint
 
 #[test]
 fn preemptive_upload_alone_registers_no_local_files() {
-    let mut w = local_writer(10);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(10);
     w.append(&mut fx, KG, &bytes(10, 0)).unwrap();
     assert!(upload(&mut w, &mut fx, 0).is_empty());
     assert!(fx.local_registrations.is_empty());
@@ -1849,11 +1769,9 @@ fn preemptive_upload_alone_registers_no_local_files() {
 
 #[test]
 fn discarded_local_copies_are_dropped_from_uploaded_results() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
-    let t = pending(w.persist(&mut fx, 0, 1));
-    let first = completed(&upload_all(&mut w, &mut fx), t);
+    let first = persist_uploaded(&mut w, &mut fx, 0, 1);
     assert_eq!(paths(first.local.as_ref().unwrap()), vec!["local/0"]);
 
     // Abort checkpoint 1: its local copy goes.
@@ -1874,19 +1792,16 @@ fn discarded_local_copies_are_dropped_from_uploaded_results() {
 
     // New uploads carry local copies again; the mixed snapshot stays remote-only.
     w.append(&mut fx, KG, b"b").unwrap();
-    let t = pending(w.persist(&mut fx, 1, 3));
-    let newest = completed(&upload_all(&mut w, &mut fx), t);
+    let newest = persist_uploaded(&mut w, &mut fx, 1, 3);
     assert_eq!(paths(newest.local.as_ref().unwrap()), vec!["local/1"]);
     assert_eq!(ready(w.persist(&mut fx, 0, 4)).local, None);
 }
 
 #[test]
 fn pending_persist_does_not_resurrect_discarded_local_copy() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
-    let t1 = pending(w.persist(&mut fx, 0, 1));
-    completed(&upload_all(&mut w, &mut fx), t1); // local/0 @ 1
+    persist_uploaded(&mut w, &mut fx, 0, 1); // local/0 @ 1
     w.append(&mut fx, KG, b"b").unwrap();
     // Checkpoint 2 takes sqn 0 from `uploaded` (local/0 now @ 2) and waits on task 1.
     let t2 = pending(w.persist(&mut fx, 0, 2));
@@ -1915,11 +1830,9 @@ fn pending_persist_does_not_resurrect_discarded_local_copy() {
 
 #[test]
 fn reset_discards_up_to_checkpoint_plus_one() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
-    let t = pending(w.persist(&mut fx, 0, 5));
-    completed(&upload_all(&mut w, &mut fx), t);
+    persist_uploaded(&mut w, &mut fx, 0, 5);
     w.reset(&mut fx, 0, 1, 4).unwrap();
     assert!(
         !fx.is_deleted("local/0"),
@@ -1938,11 +1851,9 @@ fn reset_discards_up_to_checkpoint_plus_one() {
 
 #[test]
 fn confirm_after_truncation_is_fine() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
-    let t = pending(w.persist(&mut fx, 0, 1));
-    completed(&upload_all(&mut w, &mut fx), t);
+    persist_uploaded(&mut w, &mut fx, 0, 1);
     w.truncate(&mut fx, 1).unwrap();
     w.confirm(&mut fx, 0, 1, 1).unwrap();
     assert!(fx.stop_trackings.is_empty(), "the truncated entry is gone");
@@ -1950,8 +1861,7 @@ fn confirm_after_truncation_is_fine() {
 
 #[test]
 fn uploaded_blocks_decode_to_appended_changes_in_order() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     w.append(&mut fx, 3, b"k3-a").unwrap();
     w.append_meta(&mut fx, b"meta").unwrap();
     w.append(&mut fx, 1, b"k1").unwrap();
@@ -1985,11 +1895,9 @@ fn uploaded_blocks_decode_to_appended_changes_in_order() {
 /// longer holds them (the host would refuse the registration as a guest fault).
 #[test]
 fn a_completing_persist_registers_only_the_local_copies_still_held() {
-    let mut w = local_writer(u64::MAX);
-    let mut fx = Fake::with_local_copies();
+    let (mut w, mut fx) = open_local(u64::MAX);
     w.append(&mut fx, KG, b"a").unwrap();
-    let first = pending(w.persist(&mut fx, 0, 1));
-    completed(&upload_all(&mut w, &mut fx), first);
+    persist_uploaded(&mut w, &mut fx, 0, 1);
     w.append(&mut fx, KG, b"b").unwrap();
     let second = pending(w.persist(&mut fx, 0, 2));
     w.truncate(&mut fx, 1).unwrap();
@@ -2012,8 +1920,7 @@ fn an_owned_batch_is_appended_like_a_copied_one() {
     let lengths: Vec<u32> = (0..40).map(|i| (i % 9) as u32).collect();
     let data: Vec<u8> = (0..lengths.iter().sum::<u32>()).map(|i| i as u8).collect();
     let run = |owned: bool| {
-        let mut w = writer(30);
-        let mut fx = Fake::default();
+        let (mut w, mut fx) = open(30);
         if owned {
             w.append_batch_owned(&mut fx, &key_groups, &lengths, data.clone())
                 .unwrap();
@@ -2033,8 +1940,7 @@ fn an_owned_batch_is_appended_like_a_copied_one() {
     );
     assert_eq!(owned, copied);
     // A malformed owned batch is refused whole, as a copied one.
-    let mut w = writer(30);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(30);
     assert!(matches!(
         w.append_batch_owned(&mut fx, &[0, 1], &[1], vec![1]),
         Err(WriterError::InvalidArgument(_))
@@ -2078,8 +1984,7 @@ fn pending_persists_share_results_instead_of_copying_them() {
     // pending, then the uploads land newest first. Every persist completes with its whole
     // range, and no result is stored more than once (a copy per pending persist grew with
     // the square of their number).
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     let values: Vec<Vec<u8>> = (0..200).map(|i| bytes(16, i as u8)).collect();
     let mut tickets = Vec::new();
     for (i, value) in values.iter().enumerate() {
@@ -2103,8 +2008,7 @@ fn pending_persists_share_results_instead_of_copying_them() {
 
 #[test]
 fn a_persist_waiting_across_truncations_still_names_the_truncated_change_sets() {
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     let (a, b, c) = (bytes(8, 1), bytes(8, 2), bytes(8, 3));
     append(&mut w, &mut fx, &a);
     let first = pending(w.persist(&mut fx, 0, 1));
@@ -2160,8 +2064,7 @@ fn a_persist_waiting_across_truncations_still_names_the_truncated_change_sets() 
 fn repeated_results_of_a_task_count_once() {
     // A host that repeats a result, or names a change set the task did not hold, must
     // not complete a persist early: its snapshot would miss a change set.
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     let (a, b) = (bytes(8, 1), bytes(8, 2));
     append(&mut w, &mut fx, &a);
     let first = pending(w.persist(&mut fx, 0, 1));
@@ -2200,11 +2103,9 @@ fn a_task_that_comes_back_short_fails_the_persists_it_leaves_missing() {
     // A host that returns fewer results than the task held must not leave a persist
     // waiting forever with a change set that never gets a result: the persists that need
     // it fail (as for a failed upload), and later persists over it fail too.
-    let mut w = writer(u64::MAX);
-    let mut fx = Fake::default();
+    let (mut w, mut fx) = open(u64::MAX);
     let (a, b) = (bytes(8, 1), bytes(8, 2));
-    append(&mut w, &mut fx, &a);
-    w.next_sequence_number();
+    append_closed(&mut w, &mut fx, &a);
     append(&mut w, &mut fx, &b);
     let ticket = pending(w.persist(&mut fx, 0, 1));
     let [task] = fx.pending()[..] else {
@@ -2240,11 +2141,7 @@ fn pre_emptive_uploads_wait_for_nothing() {
     // Nobody awaits a pre-emptive persist: it uploads and keeps no listener, so results
     // do not visit one per small change set in flight, and no snapshot is built (or
     // warned about) for nobody.
-    let mut w = local_writer(10);
-    let mut fx = Fake {
-        local_copies: true,
-        ..Fake::default()
-    };
+    let (mut w, mut fx) = open_local(10);
     let values: Vec<Vec<u8>> = (0..100).map(|i| bytes(16, i as u8)).collect();
     for value in &values {
         append(&mut w, &mut fx, value);

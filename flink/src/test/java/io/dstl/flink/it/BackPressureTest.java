@@ -37,13 +37,9 @@ class BackPressureTest extends JobTest {
     @EachStorage
     void tinyInFlightLimitThrottlesWithoutDeadlock(String storage) throws Exception {
         String label = "(j) back-pressure " + storage;
-        ChangelogTestJob.Params p = Scenarios.params(dir);
-        p.keys = 8;
-        p.recordsPerKey = 100;
-        p.payloadBytes = 32 * 1024;
         // 800 records of 32 KiB, some 40 MiB of changelog with the rewrites, offered within
         // a second: the limit, not the source, sets the pace.
-        p.eventsPerSecond = 1000;
+        ChangelogTestJob.Params p = params(8, 100, 1000, 32 * 1024);
         Map<String, String> clusterConfig = changelog(storage);
         clusterConfig.put("state.changelog.dstl.dfs.upload.max-in-flight", "1mb");
         clusterConfig.put("state.changelog.dstl.dfs.batch.persist-size-threshold", "512kb");

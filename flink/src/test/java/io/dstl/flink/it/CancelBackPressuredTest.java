@@ -26,11 +26,7 @@ class CancelBackPressuredTest extends JobTest {
     @DstlOnly
     void aJobBackPressuredAgainstAHungStoreIsCancelledAndFreesItsSlots() throws Exception {
         String label = "(r) cancel while back-pressured";
-        ChangelogTestJob.Params p = Scenarios.params(dir);
-        p.keys = 8;
-        p.recordsPerKey = 100_000;
-        p.eventsPerSecond = 20_000;
-        p.payloadBytes = 1024;
+        ChangelogTestJob.Params p = params(8, 100_000, 20_000, 1024);
         int slots = 4;
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "cancel")) {
             Map<String, String> clusterConfig = changelog(TestSettings.DSTL);

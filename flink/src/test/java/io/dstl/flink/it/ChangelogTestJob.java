@@ -180,17 +180,15 @@ public final class ChangelogTestJob {
         }
     }
 
-    /** One sink record: the file name and its content. */
+    /**
+     * One sink record: the file name and its content. Made by {@link StateUpdater#emit}, the
+     * only place that writes records.
+     */
     public static final class Output {
         public String name;
         public String content;
 
         public Output() {}
-
-        public Output(String name, String content) {
-            this.name = name;
-            this.content = content;
-        }
     }
 
     /** Entry point for submission to a real cluster (CLI or REST): {@code --name value} args. */
@@ -342,9 +340,9 @@ public final class ChangelogTestJob {
             }
 
             if (c == p.recordsPerKey) {
-                out.collect(new Output(RESULT_PREFIX + e.key, describeCurrent(e.key)));
+                emit(out, RESULT_PREFIX + e.key, e.key);
             } else if (c > p.recordsPerKey) {
-                out.collect(new Output("overflow-" + e.key + "-" + c, describeCurrent(e.key)));
+                emit(out, "overflow-" + e.key + "-" + c, e.key);
             }
             maybeFail(e);
         }
@@ -353,7 +351,7 @@ public final class ChangelogTestJob {
         public void onTimer(long timestamp, OnTimerContext ctx, Collector<Output> out) throws Exception {
             long c = orZero(count.value());
             if (c != p.recordsPerKey) {
-                out.collect(new Output("incomplete-" + ctx.getCurrentKey(), describeCurrent(ctx.getCurrentKey())));
+                emit(out, "incomplete-" + ctx.getCurrentKey(), ctx.getCurrentKey());
             }
         }
 
@@ -389,6 +387,14 @@ public final class ChangelogTestJob {
                         + " after " + checkpointsCompleted + " completed checkpoints");
             }
             markersLeft = false;
+        }
+
+        /** Emits the full state of {@code key}, the current key, as the file {@code name}. */
+        private void emit(Collector<Output> out, String name, int key) throws Exception {
+            Output o = new Output();
+            o.name = name;
+            o.content = describeCurrent(key);
+            out.collect(o);
         }
 
         private String describeCurrent(int key) throws Exception {

@@ -37,9 +37,7 @@ class ObjectStoreClusterTest extends JobTest {
     @EachStorage
     void aJobOnTheObjectStoreSurvivesThrottlingAndAKilledTaskManager(String storage) throws Exception {
         String label = "(t) object store, process cluster, " + storage;
-        ChangelogTestJob.Params p = Scenarios.params(dir);
-        p.recordsPerKey = 1200;
-        p.eventsPerSecond = 600;
+        ChangelogTestJob.Params p = params(1200, 600);
         Path jar = ProcessClusterTest.buildJobJar(dir.resolve("dstl-test-job.jar"));
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "cluster");
                 S3Proxy proxy = S3Proxy.start(weed.endpoint())) {

@@ -23,9 +23,7 @@ class ObjectStoreTest extends JobTest {
     @DstlOnly
     void aJobOnTheObjectStoreRestoresExactlyAndLeavesNoChangelogBehind() throws Exception {
         String label = "(s) object store, MiniCluster";
-        ChangelogTestJob.Params p = Scenarios.params(dir);
-        p.recordsPerKey = 600;
-        p.eventsPerSecond = 900;
+        ChangelogTestJob.Params p = params(600, 900);
         Scenarios.armFailures(p, dir, 2);
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "minicluster")) {
             Map<String, String> config = objectStoreConfig(weed, "minicluster");
@@ -68,8 +66,7 @@ class ObjectStoreTest extends JobTest {
     @DstlOnly
     void aCancelledJobLeavesOnlyWhatItsRetainedCheckpointNamesAndResumesFromIt() throws Exception {
         String label = "(s) object store, cancel and resume";
-        ChangelogTestJob.Params p = Scenarios.params(dir);
-        p.recordsPerKey = 600;
+        ChangelogTestJob.Params p = params(600);
         Map<String, String> retain = Map.of(
                 "execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION");
         try (Seaweed weed = Seaweed.start(dir.resolve("weed"), "cancel")) {
@@ -84,9 +81,7 @@ class ObjectStoreTest extends JobTest {
             long start = System.nanoTime();
             String retained;
             try (LocalCluster cluster = LocalCluster.start(config, 4)) {
-                ChangelogTestJob.Params slow = Scenarios.params(dir);
-                slow.recordsPerKey = p.recordsPerKey;
-                slow.eventsPerSecond = p.eventsPerSecond / 2;
+                ChangelogTestJob.Params slow = params(p.recordsPerKey, p.eventsPerSecond / 2);
                 JobID job = cluster.submit(TestSettings.merge(config, TestSettings.job(2), retain), slow);
                 cluster.awaitCompletedCheckpoints(job, 8, Duration.ofSeconds(90));
                 retained = cluster.cancelAndGetRetainedCheckpoint(job);

@@ -31,11 +31,9 @@ class ProcessClusterTest extends JobTest {
     @EachStorage
     void jobSurvivesKilledTaskManager(String storage) throws Exception {
         String label = "(f) process cluster, TaskManager killed, " + storage;
-        ChangelogTestJob.Params p = Scenarios.params(dir);
         // Long enough that the kill and the failover (noticed within the heartbeat timeout)
         // happen well before the input ends.
-        p.recordsPerKey = 600;
-        p.eventsPerSecond = 600;
+        ChangelogTestJob.Params p = params(600, 600);
         Map<String, String> config = changelog(storage);
         config.put("taskmanager.numberOfTaskSlots", "2");
         Path jar = buildJobJar(dir.resolve("dstl-test-job.jar"));

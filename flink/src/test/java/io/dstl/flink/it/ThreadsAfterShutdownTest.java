@@ -28,13 +28,10 @@ import java.util.stream.Stream;
 @Timeout(120)
 class ThreadsAfterShutdownTest extends JobTest {
 
-    private static final Duration SETTLE_TIMEOUT = Duration.ofSeconds(10);
-
     @DstlOnly
     void noThreadOutlivesTheClusterOfAFinishedDstlJob() throws Exception {
         String label = "(h) threads after shutdown";
-        ChangelogTestJob.Params p = Scenarios.params(dir);
-        p.recordsPerKey = 150;
+        ChangelogTestJob.Params p = params(150);
         Map<String, String> clusterConfig = changelog(TestSettings.DSTL);
 
         Set<Thread> before = Thread.getAllStackTraces().keySet();
@@ -60,7 +57,8 @@ class ThreadsAfterShutdownTest extends JobTest {
 
         // Threads end asynchronously after close (a runtime's workers notice their shutdown
         // and exit): poll until nothing is left or the timeout passes.
-        long deadline = System.nanoTime() + SETTLE_TIMEOUT.toNanos();
+        Duration settleTimeout = Duration.ofSeconds(10);
+        long deadline = System.nanoTime() + settleTimeout.toNanos();
         List<String> newNonDaemon;
         List<String> dstlJava;
         List<String> dstlNative;
@@ -99,7 +97,7 @@ class ThreadsAfterShutdownTest extends JobTest {
                     + " an earlier test in this JVM: " + dstlNativeBefore + ")"));
         }
         if (!problems.isEmpty()) {
-            throw new AssertionError(label + ": " + SETTLE_TIMEOUT + " after the MiniCluster closed:\n    "
+            throw new AssertionError(label + ": " + settleTimeout + " after the MiniCluster closed:\n    "
                     + String.join("\n    ", problems));
         }
     }
