@@ -89,53 +89,37 @@ public final class ChangelogGc {
             Options o = new Options();
             for (int i = 0; i < args.size(); i++) {
                 String arg = args.get(i);
-                switch (arg) {
-                    case "--delete":
-                        o.delete = true;
-                        continue;
-                    case "--changelog":
-                    case "--checkpoints":
-                    case "--job":
-                    case "--retained":
-                    case "--grace":
-                    case "--flink-conf":
-                    case "-D":
-                        break;
-                    default:
-                        throw new UsageException("unknown argument " + arg);
+                if (arg.equals("--delete")) {
+                    o.delete = true;
+                    continue;
+                }
+                if (!List.of("--changelog", "--checkpoints", "--job", "--retained", "--grace", "--flink-conf", "-D")
+                        .contains(arg)) {
+                    throw new UsageException("unknown argument " + arg);
                 }
                 if (i + 1 >= args.size()) {
                     throw new UsageException(arg + " needs a value");
                 }
                 String value = args.get(++i);
                 switch (arg) {
-                    case "--changelog":
-                        o.changelog = value;
-                        break;
-                    case "--checkpoints":
-                        o.checkpoints = value;
-                        break;
-                    case "--job":
+                    case "--changelog" -> o.changelog = value;
+                    case "--checkpoints" -> o.checkpoints = value;
+                    case "--job" -> {
                         if (!JOB_ID.matcher(value).matches()) {
                             throw new UsageException("--job " + value + " is not a Flink job id (32 hex digits)");
                         }
                         o.jobs.add(value);
-                        break;
-                    case "--retained":
-                        o.retained.add(value);
-                        break;
-                    case "--grace":
-                        o.grace = grace(value);
-                        break;
-                    case "--flink-conf":
-                        o.flinkConf = value;
-                        break;
-                    default:
+                    }
+                    case "--retained" -> o.retained.add(value);
+                    case "--grace" -> o.grace = grace(value);
+                    case "--flink-conf" -> o.flinkConf = value;
+                    default -> {
                         int eq = value.indexOf('=');
                         if (eq <= 0) {
                             throw new UsageException("-D " + value + " is not key=value");
                         }
                         o.settings.put(value.substring(0, eq), value.substring(eq + 1));
+                    }
                 }
             }
             if (o.changelog == null) {

@@ -110,17 +110,7 @@ final class Completion {
     }
 
     /** A changelog handle as the writer built it. */
-    private static final class Handle {
-        final long stateSize;
-        final long incrementalSize;
-        final List<Entry> entries;
-
-        Handle(long stateSize, long incrementalSize, List<Entry> entries) {
-            this.stateSize = stateSize;
-            this.incrementalSize = incrementalSize;
-            this.entries = entries;
-        }
-
+    private record Handle(long stateSize, long incrementalSize, List<Entry> entries) {
         ChangelogStateHandleStreamImpl flink(KeyGroupRange range, String objectScheme) {
             // One FileStateHandle per file, shared by its change sets, spelled one way: the
             // JobManager keys shared state by the path's URI.
@@ -128,8 +118,8 @@ final class Completion {
             List<Tuple2<StreamStateHandle, Long>> pairs = new ArrayList<>(entries.size());
             for (Entry e : entries) {
                 StreamStateHandle file = files.computeIfAbsent(
-                        e.path, p -> new FileStateHandle(flinkPath(p, objectScheme), e.fileSize));
-                pairs.add(Tuple2.of(file, e.offset));
+                        e.path(), p -> new FileStateHandle(flinkPath(p, objectScheme), e.fileSize()));
+                pairs.add(Tuple2.of(file, e.offset()));
             }
             return new ChangelogStateHandleStreamImpl(pairs, range, stateSize, incrementalSize, STORAGE_ID);
         }
@@ -141,17 +131,5 @@ final class Completion {
         return new String(bytes, StandardCharsets.UTF_8);
     }
 
-    private static final class Entry {
-        final String path;
-        final long fileSize;
-        final long offset;
-        final long size;
-
-        Entry(String path, long fileSize, long offset, long size) {
-            this.path = path;
-            this.fileSize = fileSize;
-            this.offset = offset;
-            this.size = size;
-        }
-    }
+    private record Entry(String path, long fileSize, long offset, long size) {}
 }

@@ -45,22 +45,22 @@ final class DstlMetrics {
             String[] kindAndName = line.split(" ", 2);
             String name = PREFIX + kindAndName[1];
             int at = index;
-            switch (kindAndName[0]) {
-                case "counter":
+            index += switch (kindAndName[0]) {
+                case "counter" -> {
                     group.counter(name, m.new ReadOnlyCounter(at));
-                    index += 1;
-                    break;
-                case "gauge":
+                    yield 1;
+                }
+                case "gauge" -> {
                     group.gauge(name, (Gauge<Long>) () -> m.read(at));
-                    index += 1;
-                    break;
-                case "histogram":
+                    yield 1;
+                }
+                case "histogram" -> {
                     group.histogram(name, m.new NativeHistogram(at));
-                    index += HISTOGRAM_FIELDS;
-                    break;
-                default:
-                    throw new IllegalStateException("dstl: the native side lists a metric of unknown kind: " + line);
-            }
+                    yield HISTOGRAM_FIELDS;
+                }
+                default -> throw new IllegalStateException(
+                        "dstl: the native side lists a metric of unknown kind: " + line);
+            };
         }
         return m;
     }

@@ -171,10 +171,10 @@ final class DstlS3FileSystem extends FileSystem {
         Map<String, FileStatus> children = new LinkedHashMap<>();
         String prefix = object + "/";
         for (Listed l : listed) {
-            String rest = l.object.substring(prefix.length());
+            String rest = l.object().substring(prefix.length());
             int slash = rest.indexOf('/');
             if (slash < 0) {
-                children.put(l.object, new Status(path(l.object), l.size, l.modified, false));
+                children.put(l.object(), new Status(path(l.object()), l.size(), l.modified(), false));
             } else {
                 String dir = prefix + rest.substring(0, slash);
                 children.putIfAbsent(dir, new Status(path(dir), 0, 0, true));
@@ -198,7 +198,7 @@ final class DstlS3FileSystem extends FileSystem {
             throw new IOException("dstl: the directory " + path + " is not empty (" + listed.size() + " objects)");
         }
         for (Listed l : listed) {
-            Native.objectDelete(store, utf8(l.object));
+            Native.objectDelete(store, utf8(l.object()));
         }
         return true;
     }
@@ -227,31 +227,10 @@ final class DstlS3FileSystem extends FileSystem {
     }
 
     /** An object found by a listing. */
-    private static final class Listed {
-        final String object;
-        final long size;
-        final long modified;
+    private record Listed(String object, long size, long modified) {}
 
-        Listed(String object, long size, long modified) {
-            this.object = object;
-            this.size = size;
-            this.modified = modified;
-        }
-    }
-
-    private static final class Status implements FileStatus {
-        private final Path path;
-        private final long len;
-        private final long modified;
-        private final boolean dir;
-
-        Status(Path path, long len, long modified, boolean dir) {
-            this.path = path;
-            this.len = len;
-            this.modified = modified;
-            this.dir = dir;
-        }
-
+    /** A file (an object) or a directory (a prefix). */
+    private record Status(Path path, long len, long modified, boolean dir) implements FileStatus {
         @Override
         public long getLen() {
             return len;
@@ -289,13 +268,7 @@ final class DstlS3FileSystem extends FileSystem {
     }
 
     /** One block: the whole object, on no particular host. */
-    private static final class Location implements BlockLocation {
-        private final long length;
-
-        Location(long length) {
-            this.length = length;
-        }
-
+    private record Location(long length) implements BlockLocation {
         @Override
         public String[] getHosts() {
             return new String[] {"localhost"};
