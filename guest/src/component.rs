@@ -132,9 +132,21 @@ impl GuestWriter for WriterResource {
             .unwrap_or(0)
     }
 
-    fn persist(&self, start: u64, checkpoint: i64) -> Result<wit::PersistReply, wit::WriterError> {
-        self.with(|wr, fx| wr.persist(fx, start, checkpoint))
-            .map(to_wit_reply)
+    fn persist(
+        &self,
+        key_groups: Vec<i32>,
+        lengths: Vec<u32>,
+        data: Vec<u8>,
+        start: u64,
+        checkpoint: i64,
+    ) -> Result<wit::PersistReply, wit::WriterError> {
+        self.with(|wr, fx| {
+            if !key_groups.is_empty() {
+                wr.append_batch_owned(fx, &key_groups, &lengths, data)?;
+            }
+            wr.persist(fx, start, checkpoint)
+        })
+        .map(to_wit_reply)
     }
 
     fn truncate(&self, to: u64) -> Result<(), wit::WriterError> {

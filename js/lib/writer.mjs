@@ -40,6 +40,9 @@ const DROPPED = Object.freeze({ tag: 'closed', val: Object.freeze({ tag: 'droppe
  */
 const UPLOAD_FAILURES_KEPT = 64;
 
+/** An empty batch of packed columns: nothing buffered. */
+const NO_CHANGES = Object.freeze({ keyGroups: new Int32Array(0), lengths: new Uint32Array(0), data: new Uint8Array(0) });
+
 /** Packed columns of buffered appends, as many as a fresh `budget` allows. */
 class Batch {
   constructor(budget) {
@@ -358,10 +361,11 @@ export class Writer {
   persist(from, checkpoint) {
     const start = u64(from, 'from');
     const cp = s64(checkpoint, 'checkpoint');
-    return this.#callWith((live) => {
+    // The buffered appends go along with the persist, in one call.
+    return this.#callWith((live, batch) => {
       let reply;
       try {
-        reply = live.resource.persist(start, cp);
+        reply = live.resource.persist(batch.keyGroups, batch.lengths, batch.data, start, cp);
         this.#hold(PERSISTED);
       } catch (e) {
         if (isWriterErrorValue(e)) {
@@ -380,7 +384,7 @@ export class Writer {
       }
       Object.defineProperty(promise, 'immediate', { value: reply.tag === 'ready' });
       return promise;
-    });
+    }, true);
   }
 
   /**
@@ -464,12 +468,18 @@ export class Writer {
 
   /**
    * Runs one guest call: delivers waiting upload outcomes and buffered appends first,
-   * and outcomes that arrived meanwhile after. `fn` null: only the flush.
+   * and outcomes that arrived meanwhile after. `fn` null: only the flush. With
+   * `takesBuffer`, the buffered appends are not flushed but given to `fn` as packed
+   * columns (`persist` takes them along).
    */
-  #callWith(fn) {
+  #callWith(fn, takesBuffer = false) {
     this.#enter();
     this.#drain();
     try {
+      if (takesBuffer) {
+        const batch = this.#takeBuffer();
+        return this.#invoke((live) => fn(live, batch));
+      }
       this.#flush();
       return fn ? this.#invoke(fn) : undefined;
     } finally {
@@ -477,13 +487,20 @@ export class Writer {
     }
   }
 
-  #flush() {
+  /** The buffered appends as packed columns (views of the buffer, valid until the next append); the buffer is empty afterwards. */
+  #takeBuffer() {
     const buffer = this.#buffer;
-    if (buffer.count === 0) return;
+    if (buffer.count === 0) return NO_CHANGES;
     const n = buffer.count;
     const size = buffer.bytes;
     buffer.clear();
-    this.#invoke((live) => this.#appendBatchCall(live, buffer.keyGroups.subarray(0, n), buffer.lengths.subarray(0, n), buffer.data.subarray(0, size)));
+    return { keyGroups: buffer.keyGroups.subarray(0, n), lengths: buffer.lengths.subarray(0, n), data: buffer.data.subarray(0, size) };
+  }
+
+  #flush() {
+    if (this.#buffer.count === 0) return;
+    const batch = this.#takeBuffer();
+    this.#invoke((live) => this.#appendBatchCall(live, batch.keyGroups, batch.lengths, batch.data));
   }
 
   /** One guest call; a trap, a fault or an overrun deadline poisons the writer. */

@@ -6,7 +6,8 @@
 //! so hosts gather single appends into packed batches. For the guest to see exactly what
 //! it would see without buffering, a batch is handed over
 //!
-//! - before any other call of the writer (the host's part: it flushes first);
+//! - before any other call of the writer (the host's part: it flushes first), or with a
+//!   persist, which takes the batch along in the same call;
 //! - when it reaches [`MAX_BYTES`] or [`MAX_CHANGES`];
 //! - exactly when an append brings the writer's open change set to the pre-emptive
 //!   threshold, which makes the writer upload it at that append, as it would unbuffered.
@@ -126,12 +127,16 @@ impl HandOff {
         self.changes = 0;
     }
 
-    /// Input: the writer answered a persist (what was buffered went first): it rolled the
-    /// open change set over unless a precondition failed (`error`, other than a failed
-    /// upload, which it reports after rolling over).
+    /// Input: the writer answered a persist, which took what was buffered along (its
+    /// first step appends the batch): it rolled the open change set over unless the
+    /// append or a precondition failed (`error`, other than a failed upload, which it
+    /// reports after rolling over). After such a failure the host cannot tell whether a
+    /// batch it sent along was appended, so it is answered as a failed hand-over: the
+    /// next append hands over at once, and its answer tells the open bytes.
     pub fn persisted(&mut self, error: Option<&WriterError>) {
-        if matches!(error, None | Some(WriterError::UploadFailed(_))) {
-            self.rolled_over();
+        match error {
+            None | Some(WriterError::UploadFailed(_)) => self.rolled_over(),
+            Some(e) => self.handed_over(Err(e)),
         }
     }
 
@@ -243,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn a_persist_rolls_over_unless_a_precondition_failed() {
+    fn a_persist_rolls_over_unless_its_append_or_a_precondition_failed() {
         let mut h = HandOff::new(100);
         h.append(50);
         h.persisted(Some(&WriterError::InvalidRange(InvalidRange {
@@ -251,7 +256,9 @@ mod tests {
             end: 3,
             active: 3,
         })));
-        assert_eq!(h.open_bytes(), 50);
+        // The batch sent along may or may not have been appended: the next append
+        // hands over at once to learn the open bytes.
+        assert_eq!((h.open_bytes(), h.budget().bytes), (u64::MAX, 0));
         h.persisted(Some(&WriterError::UploadFailed(UploadFailure::Failed(
             FailedTask { task: 1 },
         ))));

@@ -346,3 +346,37 @@ fn gc_during_a_live_job_keeps_what_the_next_checkpoint_needs() {
     let listing = dstl::gc::stored_files(&config, &live.jobs).unwrap();
     assert!(listing.leases.is_empty());
 }
+
+/// A persist takes the appends buffered before it along, in the same call into the
+/// sandbox: one call whether the host buffered them or the caller packed them itself (the
+/// Flink plugin's path), and the snapshot holds them.
+#[test]
+fn a_persist_is_one_call_into_the_sandbox_with_the_buffered_appends() {
+    let (_tmp, storage) = open_temp(&["dstl.dfs.batch.persist-delay=0"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    for i in 0..100u8 {
+        w.append(0, &[i; 8]).unwrap();
+    }
+    // Two calls each: the persist, and the delivery of its upload's outcome, which
+    // completes it.
+    let before = w.guest_calls();
+    let first = w.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(w.guest_calls() - before, 2, "calls of a persist");
+    let from = w.next_sequence_number().unwrap();
+    let before = w.guest_calls();
+    let second = w
+        .append_batch_and_persist(&[0, 1, 1], &[1, 2, 3], b"abbccc", from, 2)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(w.guest_calls() - before, 2, "calls of a packed persist");
+    assert_eq!(changes(&storage, &first.remote).len(), 100);
+    assert_eq!(
+        changes(&storage, &second.remote),
+        [
+            (0, b"a".to_vec()),
+            (1, b"bb".to_vec()),
+            (1, b"ccc".to_vec())
+        ]
+    );
+}

@@ -81,7 +81,31 @@ struct WriterHandle {
 /// (native-order `int`s), as `DstlChangelogWriter.java` reads them.
 const BUDGET_BYTES: usize = 16;
 
+/// Changes as packed columns: key groups, lengths, values back to back.
+type Columns<'a> = (&'a [i32], &'a [u32], &'a [u8]);
+
 impl WriterHandle {
+    /// The first `count` changes of `bytes` packed in the Java writer's buffers.
+    fn packed(&self, count: jint, bytes: jint) -> Result<Columns<'_>, Thrown> {
+        let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
+        if count * 4 > self.key_groups.1.min(self.lengths.1) || bytes > self.data.1 {
+            return Err(Thrown::argument(format!(
+                "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
+                self.writer.name()
+            )));
+        }
+        // SAFETY: the Java writer owns these direct buffers for the writer's lifetime, does
+        // not touch them during a native call, and allocated them aligned (direct buffers
+        // are page-aligned); the lengths were checked against their capacities.
+        Ok(unsafe {
+            (
+                std::slice::from_raw_parts(self.key_groups.0 as *const i32, count),
+                std::slice::from_raw_parts(self.lengths.0 as *const u32, count),
+                std::slice::from_raw_parts(self.data.0 as *const u8, bytes),
+            )
+        })
+    }
+
     /// Runs `call`, one that may change the hand-off budget (an append, a rollover, a
     /// persist), then publishes the budget it leaves, whether the call failed or not.
     fn budgeted<R>(&self, call: impl FnOnce(&Writer) -> R) -> R {
@@ -489,23 +513,7 @@ jni_entry_points! { "Native":
         writer_entry(env, class, handle, (), |_| {
             // SAFETY: live handle, used by its writer's task thread only.
             let w = unsafe { writer(handle) };
-            let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
-            if count * 4 > w.key_groups.1.min(w.lengths.1) || bytes > w.data.1 {
-                return Err(Thrown::argument(format!(
-                    "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
-                    w.writer.name()
-                )));
-            }
-            // SAFETY: the Java writer owns these direct buffers for the writer's lifetime,
-            // does not touch them during this call, and allocated them aligned (direct
-            // buffers are page-aligned); the lengths were checked against their capacities.
-            let (key_groups, lengths, data) = unsafe {
-                (
-                    std::slice::from_raw_parts(w.key_groups.0 as *const i32, count),
-                    std::slice::from_raw_parts(w.lengths.0 as *const u32, count),
-                    std::slice::from_raw_parts(w.data.0 as *const u8, bytes),
-                )
-            };
+            let (key_groups, lengths, data) = w.packed(count, bytes)?;
             Ok(w.budgeted(|writer| writer.append_batch(key_groups, lengths, data))?)
         })
     }
@@ -533,14 +541,22 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `void persist(long writer, long from, long checkpoint, long request)`: starts a
-    /// persist; its outcome is delivered by `nextCompletion` under `request`.
-    fn persist(env, class, handle: jlong, from: jlong, checkpoint: jlong, request: jlong) {
+    /// `void persist(long writer, int count, int bytes, long from, long checkpoint, long
+    /// request)`: appends the `count` changes of `bytes` packed in the writer's buffers
+    /// and starts a persist, in one call into the writer; its outcome is delivered by
+    /// `nextCompletion` under `request`.
+    fn persist(
+        env, class, handle: jlong, count: jint, bytes: jint, from: jlong, checkpoint: jlong,
+        request: jlong,
+    ) {
         writer_entry(env, class, handle, (), |_| {
             // SAFETY: live handle.
             let w = unsafe { writer(handle) };
+            let (key_groups, lengths, data) = w.packed(count, bytes)?;
             let from = sequence(from)?;
-            let future = w.budgeted(|writer| writer.persist(from, checkpoint))?;
+            let future = w.budgeted(|writer| {
+                writer.append_batch_and_persist(key_groups, lengths, data, from, checkpoint)
+            })?;
             w.completions.deliver(request, future);
             Ok(())
         })

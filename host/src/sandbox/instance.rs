@@ -23,6 +23,24 @@ use crate::registry::WriterId;
 use crate::services::Services;
 use crate::upload::UploadOutcome;
 
+/// Changes as packed columns, as `append-batch` and `persist` take them: `lengths[i]` bytes of `data` belong to `key_groups[i]`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Packed<'a> {
+    pub key_groups: &'a [i32],
+    pub lengths: &'a [u32],
+    pub data: &'a [u8],
+}
+
+impl<'a> Packed<'a> {
+    pub fn new(key_groups: &'a [i32], lengths: &'a [u32], data: &'a [u8]) -> Self {
+        Self {
+            key_groups,
+            lengths,
+            data,
+        }
+    }
+}
+
 /// The outcome of one call: the guest's answer, or the trap that ended the sandbox.
 pub(crate) type Call<T> = Result<Result<T, WriterError>, Trap>;
 
@@ -74,6 +92,8 @@ pub(crate) struct Instance {
     bindings: Changelog,
     resource: ResourceAny,
     call_timeout: Duration,
+    /// Export calls made so far, for dstl's tests of what one writer call costs.
+    pub calls: u64,
 }
 
 impl Instance {
@@ -108,6 +128,7 @@ impl Instance {
                 bindings,
                 resource,
                 call_timeout: limits.call_timeout,
+                calls: 0,
             }),
             Err(e) => {
                 let trap = Trap::new(&e, store.data(), limits.call_timeout);
@@ -128,6 +149,7 @@ impl Instance {
             ResourceAny,
         ) -> wasmtime::Result<Result<T, super::bindings::wit::WriterError>>,
     ) -> Call<T> {
+        self.calls += 1;
         self.store.data_mut().clock = CallClock::new(self.call_timeout);
         self.store
             .set_epoch_deadline(deadline_ticks(self.call_timeout));
@@ -138,11 +160,15 @@ impl Instance {
     }
 
     /// `append-batch`: the guest's open bytes afterwards.
-    pub fn append_batch(&mut self, key_groups: &[i32], lengths: &[u32], data: &[u8]) -> Call<u64> {
+    pub fn append_batch(&mut self, batch: Packed<'_>) -> Call<u64> {
         self.call(|b, store, r| {
-            b.dstl_changelog_writer()
-                .writer()
-                .call_append_batch(store, r, key_groups, lengths, data)
+            b.dstl_changelog_writer().writer().call_append_batch(
+                store,
+                r,
+                batch.key_groups,
+                batch.lengths,
+                batch.data,
+            )
         })
     }
 
@@ -167,12 +193,17 @@ impl Instance {
     }
 
     /// `persist`. A snapshot ready at once counts as returned to the caller.
-    pub fn persist(&mut self, from: u64, checkpoint: i64) -> Call<PersistReply> {
+    pub fn persist(&mut self, batch: Packed<'_>, from: u64, checkpoint: i64) -> Call<PersistReply> {
         let reply = self.call(|b, store, r| {
-            let reply = b
-                .dstl_changelog_writer()
-                .writer()
-                .call_persist(store, r, from, checkpoint)?;
+            let reply = b.dstl_changelog_writer().writer().call_persist(
+                store,
+                r,
+                batch.key_groups,
+                batch.lengths,
+                batch.data,
+                from,
+                checkpoint,
+            )?;
             Ok(reply.map(from_wit_reply))
         })?;
         if let Ok(PersistReply::Ready(snapshot)) = &reply {

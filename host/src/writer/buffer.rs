@@ -1,9 +1,8 @@
 //! Appends collected on the host side as packed columns, handed to the guest as one
-//! `append-batch` call when `dstl_proto::handoff::HandOff` says so (ARCHITECTURE.md,
-//! "Costs that shaped the design").
+//! `append-batch` call when `dstl_proto::handoff::HandOff` says so, or along with a
+//! `persist` (ARCHITECTURE.md, "Costs that shaped the design").
 
-use dstl_proto::handoff::HandOff;
-use dstl_proto::types::WriterError;
+use crate::sandbox::Packed;
 
 /// Packed columns of appends not yet handed to the guest.
 #[derive(Default)]
@@ -24,19 +23,17 @@ impl AppendBuffer {
         self.key_groups.is_empty()
     }
 
+    pub fn packed(&self) -> Packed<'_> {
+        Packed {
+            key_groups: &self.key_groups,
+            lengths: &self.lengths,
+            data: &self.data,
+        }
+    }
+
     pub fn clear(&mut self) {
         self.key_groups.clear();
         self.lengths.clear();
         self.data.clear();
     }
-}
-
-/// Tells `hand_off` what the guest answered to a batch (its open bytes, or an error) and
-/// returns the answer without the open bytes.
-pub(crate) fn handed_over(
-    hand_off: &mut HandOff,
-    result: Result<u64, WriterError>,
-) -> Result<(), WriterError> {
-    hand_off.handed_over(result.as_ref().copied());
-    result.map(|_| ())
 }

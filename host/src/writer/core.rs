@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dstl_proto::handoff::HandOff;
-use dstl_proto::types::{SnapshotResult, WriterConfig, WriterError};
+use dstl_proto::types::{PersistReply, SnapshotResult, WriterConfig, WriterError};
 
 use super::buffer::AppendBuffer;
-use super::persist::{Tickets, UploadFailures};
+use super::persist::{PersistFuture, Tickets, UploadFailures};
 use crate::error::Error;
 use crate::registry::WriterId;
-use crate::sandbox::{Call, Instance, Trap};
+use crate::sandbox::{Call, Instance, Packed, Trap};
 use crate::services::Services;
 use crate::sync::panic_message;
 use crate::telemetry::WriterMetrics;
@@ -200,21 +200,63 @@ impl WriterCore {
         if state.book.buffer.is_empty() {
             return Ok(());
         }
-        let batch = std::mem::take(&mut state.book.buffer);
+        self.with_buffer(state, |state, batch| self.append_batch(state, batch))
+    }
+
+    /// Runs `call` on the buffered appends, taken out of `state`; the buffer's allocations
+    /// are kept for the next batch.
+    pub fn with_buffer<R>(
+        &self,
+        state: &mut WriterState,
+        call: impl FnOnce(&mut WriterState, Packed<'_>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let mut buffer = std::mem::take(&mut state.book.buffer);
+        let result = call(state, buffer.packed());
+        buffer.clear();
+        state.book.buffer = buffer;
+        result
+    }
+
+    /// One `append-batch` call, whose answer goes to the hand-off rule.
+    pub fn append_batch(&self, state: &mut WriterState, batch: Packed<'_>) -> Result<(), Error> {
         let result = self.invoke(state, |instance, book| {
-            let open = instance.append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
-            Ok(super::buffer::handed_over(&mut book.hand_off, open))
+            let open = instance.append_batch(batch)?;
+            book.hand_off.handed_over(open.as_ref().copied());
+            Ok(open.map(|_| ()))
         });
-        // Buffered appends are counted here, once per batch, not on the append path.
-        if result.is_ok() {
+        self.appended(&result, batch);
+        result
+    }
+
+    /// One `persist` call, which appends `batch` first: the guest's reply as a future.
+    pub fn persist(
+        &self,
+        state: &mut WriterState,
+        batch: Packed<'_>,
+        from: u64,
+        checkpoint: i64,
+    ) -> Result<PersistFuture, Error> {
+        let result = self.invoke(state, |instance, book| {
+            let reply = instance.persist(batch, from, checkpoint)?;
+            book.hand_off.persisted(reply.as_ref().err());
+            Ok(reply.map(|reply| match reply {
+                PersistReply::Ready(snapshot) => {
+                    PersistFuture::ready(self.acknowledge(&snapshot).map(|()| snapshot))
+                }
+                PersistReply::Pending(ticket) => book.tickets.wait_for(&self.name, ticket),
+            }))
+        });
+        self.appended(&result, batch);
+        result
+    }
+
+    /// Counts `batch` as appended once the call that took it succeeded: once per batch,
+    /// not on the append path.
+    fn appended<R>(&self, result: &Result<R, Error>, batch: Packed<'_>) {
+        if result.is_ok() && !batch.key_groups.is_empty() {
             self.metrics
                 .appended(batch.key_groups.len(), batch.data.len());
         }
-        // Keep the allocations for the next batch.
-        let mut batch = batch;
-        batch.clear();
-        state.book.buffer = batch;
-        result
     }
 
     /// The sandbox trapped: drop it and fail every pending persist with the cause.

@@ -14,14 +14,13 @@ use std::time::{Duration, Instant};
 use dstl_proto::codec::META_KEY_GROUP;
 use dstl_proto::error::{Closed, Operation};
 use dstl_proto::handoff::{Append, Budget};
-use dstl_proto::types::{PersistCompletion, PersistReply, WriterConfig, WriterError};
+use dstl_proto::types::{PersistCompletion, WriterConfig, WriterError};
 
-use self::buffer::handed_over;
-use self::core::{Bookkeeping, WriterCore};
+use self::core::{Bookkeeping, WriterCore, WriterState};
 pub use self::persist::PersistFuture;
 use crate::error::Error;
 use crate::registry::WriterId;
-use crate::sandbox::{Call, Instance, Limits, Runtime, WriterComponent, WriterLinks};
+use crate::sandbox::{Call, Instance, Limits, Packed, Runtime, WriterComponent, WriterLinks};
 use crate::services::Services;
 use crate::telemetry::PersistReturned;
 use crate::upload::OutcomeSink;
@@ -230,14 +229,11 @@ impl Writer {
         lengths: &[u32],
         data: &[u8],
     ) -> Result<(), Error> {
-        let result = self.call(|instance, book| {
-            let open = instance.append_batch(key_groups, lengths, data)?;
-            Ok(handed_over(&mut book.hand_off, open))
-        });
-        if result.is_ok() {
-            self.core.metrics.appended(key_groups.len(), data.len());
-        }
-        result
+        let batch = Packed::new(key_groups, lengths, data);
+        self.locked(|core, state| {
+            core.flush(state)?;
+            core.append_batch(state, batch)
+        })
     }
 
     /// Always 0.
@@ -263,17 +259,49 @@ impl Writer {
     /// uploads that fall behind frequent persists can take the writer to its memory
     /// limit (`dstl.writer.memory-limit`), where it traps.
     pub fn persist(&self, from: u64, checkpoint: i64) -> Result<PersistFuture, Error> {
+        self.persist_with(None, from, checkpoint)
+    }
+
+    /// Appends the changes packed as for [`Writer::append_batch`], then persists as
+    /// [`Writer::persist`], in one call into the sandbox: for a caller that packs its
+    /// appends itself (the Flink plugin), whose batch goes along with the persist. A failed
+    /// append fails the call and persists nothing.
+    pub fn append_batch_and_persist(
+        &self,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data: &[u8],
+        from: u64,
+        checkpoint: i64,
+    ) -> Result<PersistFuture, Error> {
+        let batch = Packed::new(key_groups, lengths, data);
+        self.persist_with(Some(batch), from, checkpoint)
+    }
+
+    /// Calls into the writer's sandbox so far (deliveries of upload outcomes included), for
+    /// dstl's tests of what one call costs (crate feature `test-util`; not a stable API).
+    #[cfg(feature = "test-util")]
+    pub fn guest_calls(&self) -> u64 {
+        let state = self.core.lock();
+        state.instance.as_ref().map_or(0, |instance| instance.calls)
+    }
+
+    /// A persist that takes the buffered appends along, or `batch` after them.
+    fn persist_with(
+        &self,
+        batch: Option<Packed<'_>>,
+        from: u64,
+        checkpoint: i64,
+    ) -> Result<PersistFuture, Error> {
         let started = Instant::now();
-        let core = &self.core;
-        let result = self.call(|instance, book| {
-            let reply = instance.persist(from, checkpoint)?;
-            book.hand_off.persisted(reply.as_ref().err());
-            Ok(reply.map(|reply| match reply {
-                PersistReply::Ready(snapshot) => {
-                    PersistFuture::ready(core.acknowledge(&snapshot).map(|()| snapshot))
-                }
-                PersistReply::Pending(ticket) => book.tickets.wait_for(&core.name, ticket),
-            }))
+        let result = self.locked(|core, state| match batch {
+            None => core.with_buffer(state, |state, buffered| {
+                core.persist(state, buffered, from, checkpoint)
+            }),
+            Some(batch) => {
+                core.flush(state)?;
+                core.persist(state, batch, from, checkpoint)
+            }
         });
         self.core.metrics.persisted(
             started,
@@ -362,13 +390,23 @@ impl Writer {
         &self,
         f: impl FnOnce(&mut Instance, &mut Bookkeeping) -> Call<R>,
     ) -> Result<R, Error> {
+        self.locked(|core, state| {
+            core.flush(state)?;
+            core.invoke(state, f)
+        })
+    }
+
+    /// Runs `f` under the writer's lock and span, with the upload outcomes that arrived
+    /// before and during it delivered around it.
+    fn locked<R>(
+        &self,
+        f: impl FnOnce(&WriterCore, &mut WriterState) -> Result<R, Error>,
+    ) -> Result<R, Error> {
         let core = &self.core;
         let _span = core.span.enter();
         let mut state = core.lock();
         core.drain(&mut state);
-        let result = core
-            .flush(&mut state)
-            .and_then(|()| core.invoke(&mut state, f));
+        let result = f(core, &mut state);
         core.drain(&mut state);
         result
     }

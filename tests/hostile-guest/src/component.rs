@@ -212,7 +212,14 @@ impl GuestWriter for Hostile {
         0
     }
 
-    fn persist(&self, _start: u64, _checkpoint: i64) -> Result<w::PersistReply, w::WriterError> {
+    fn persist(
+        &self,
+        _key_groups: Vec<i32>,
+        _lengths: Vec<u32>,
+        _data: Vec<u8>,
+        _start: u64,
+        _checkpoint: i64,
+    ) -> Result<w::PersistReply, w::WriterError> {
         let Some(path) = self.forged.borrow().clone() else {
             return Err(invalid("this component does not persist".into()));
         };

@@ -131,16 +131,12 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         synchronized (this) {
             try {
                 flush();
-                long next;
-                try {
-                    next = Native.nextSequenceNumber(open("nextSequenceNumber"));
-                } finally {
-                    readBudget();
-                }
-                return SequenceNumber.of(next);
+                return SequenceNumber.of(Native.nextSequenceNumber(open("nextSequenceNumber")));
             } catch (IOException e) {
                 // Flink's signature has no IOException here; the cause names the writer.
                 throw new IllegalStateException(e.getMessage(), e);
+            } finally {
+                readBudget();
             }
         }
     }
@@ -222,13 +218,18 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             SequenceNumber from, long checkpointId) throws IOException {
         Objects.requireNonNull(from, "from");
         synchronized (this) {
-            flush();
             long writer = open("persist");
+            long start = number(from);
             CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future =
                     new CompletableFuture<>();
             long request = storage.expect(future, mailbox, range, name);
+            // The packed changes go along with the persist, in one native call.
+            int n = count;
+            int b = bytes;
+            count = 0;
+            bytes = 0;
             try {
-                Native.persist(writer, number(from), checkpointId, request);
+                Native.persist(writer, n, b, start, checkpointId, request);
             } catch (IOException | RuntimeException e) {
                 storage.cancel(request);
                 throw e;
@@ -243,12 +244,10 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     @Override
     public void truncate(SequenceNumber to) {
         synchronized (this) {
-            try {
+            unchecked(h -> {
                 flush();
-                Native.truncate(open("truncate"), number(to));
-            } catch (IOException e) {
-                throw new IllegalStateException(e.getMessage(), e);
-            }
+                Native.truncate(h, number(to));
+            }, open("truncate"));
         }
     }
 
@@ -268,47 +267,45 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         void run(long handle) throws IOException;
     }
 
+    /** Runs {@code call} on {@code writer}, for a Flink signature without IOException. */
+    private static void unchecked(Call call, long writer) {
+        try {
+            call.run(writer);
+        } catch (IOException e) {
+            throw new IllegalStateException(e.getMessage(), e);
+        }
+    }
+
     /**
      * Flushes and runs {@code call} on the open writer; nothing once it is closed: the files of
      * returned snapshots stay tracked until the storage closes.
      */
     private void unlessClosed(Call call) {
         synchronized (this) {
-            if (handle == 0) {
-                return;
-            }
-            try {
-                flush();
-                call.run(handle);
-            } catch (IOException e) {
-                throw new IllegalStateException(e.getMessage(), e);
+            if (handle != 0) {
+                unchecked(h -> {
+                    flush();
+                    call.run(h);
+                }, handle);
             }
         }
     }
 
     @Override
     public void truncateAndClose(SequenceNumber from) {
-        raiseClose();
-        synchronized (this) {
-            long writer = closing("truncateAndClose");
-            try {
-                Native.truncateAndClose(writer, number(from));
-            } catch (IOException e) {
-                throw new IllegalStateException(e.getMessage(), e);
-            }
-        }
+        closeWith("truncateAndClose", h -> Native.truncateAndClose(h, number(from)));
     }
 
     @Override
     public void close() {
+        closeWith("close", Native::closeWriter);
+    }
+
+    /** Closes the writer with {@code call}, which gets the handle the writer gives up and frees it. */
+    private void closeWith(String operation, Call call) {
         raiseClose();
         synchronized (this) {
-            long writer = closing("close");
-            try {
-                Native.closeWriter(writer);
-            } catch (IOException e) {
-                throw new IllegalStateException(e.getMessage(), e);
-            }
+            unchecked(call, closing(operation));
         }
     }
 

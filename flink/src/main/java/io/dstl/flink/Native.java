@@ -125,7 +125,8 @@ final class Native {
 
     static native long nextSequenceNumber(long writer) throws IOException;
 
-    static native void persist(long writer, long from, long checkpoint, long request)
+    /** Appends the {@code count} packed changes of {@code bytes}, then persists, in one call. */
+    static native void persist(long writer, int count, int bytes, long from, long checkpoint, long request)
             throws IOException;
 
     static native void truncate(long writer, long to) throws IOException;
