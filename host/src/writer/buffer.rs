@@ -24,11 +24,7 @@ impl AppendBuffer {
     }
 
     pub fn packed(&self) -> Packed<'_> {
-        Packed {
-            key_groups: &self.key_groups,
-            lengths: &self.lengths,
-            data: &self.data,
-        }
+        Packed::new(&self.key_groups, &self.lengths, &self.data)
     }
 
     pub fn clear(&mut self) {
