@@ -181,16 +181,8 @@ async function runWriter(storage, workload, pool, index, changes, progress) {
         promise: writer.persist(from, checkpoint),
         checkpoint: { started, id: checkpoint, from, to, changes: [first, done] },
       };
-      entry.promise.then(
-        (value) => {
-          entry.settled = true;
-          entry.value = value;
-        },
-        (error) => {
-          entry.settled = true;
-          entry.error = error;
-        },
-      );
+      const settle = (outcome) => Object.assign(entry, { settled: true }, outcome);
+      entry.promise.then((value) => settle({ value }), (error) => settle({ error }));
       pending.push(entry);
       sinceCheckpoint = 0;
     }

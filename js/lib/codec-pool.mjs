@@ -44,16 +44,10 @@ export class CodecPool {
    * @returns {Promise<{bytes: Uint8Array, offsets: BigUint64Array, logicalSize: bigint}>}
    *   rejects with a {@link FormatError} or {@link CodecTrap}
    */
-  encode(blocks, compression) {
+  async encode(blocks, compression) {
     let total = 0;
     for (const block of blocks) total += block.length;
-    if (total < INLINE_BELOW || this.closed) {
-      try {
-        return Promise.resolve(this.codec.encodeFile(blocks, compression));
-      } catch (e) {
-        return Promise.reject(e);
-      }
-    }
+    if (total < INLINE_BELOW || this.closed) return this.codec.encodeFile(blocks, compression);
     return new Promise((resolve, reject) => {
       this.queue.push({ blocks, compression, resolve, reject });
       this.#pump();
@@ -114,8 +108,7 @@ export class CodecPool {
   async close() {
     this.closed = true;
     for (const job of this.queue.splice(0)) job.reject(new CodecTrap('the codec pool was closed'));
-    const workers = this.all;
-    this.all = [];
+    const workers = this.all.splice(0);
     this.idle = [];
     await Promise.all(workers.map((w) => w.terminate()));
   }

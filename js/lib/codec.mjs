@@ -11,7 +11,7 @@
 // called, and no writer instance's exports are ever called from inside one of its
 // imports (which would re-enter that guest).
 
-import { idleImports, loadComponent } from './component.mjs';
+import { idleImports, loadComponent, once } from './component.mjs';
 import { Capture } from './wasi.mjs';
 
 /** The codec's memory is bounded only by wasm32: a file must never be too big to write. */
@@ -24,10 +24,7 @@ const KEEP_MEMORY_BELOW = 64 * 2 ** 20;
 
 /** A changelog file or change set the component's codec rejected; `message` is the codec's. */
 export class FormatError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = 'FormatError';
-  }
+  name = 'FormatError';
 }
 
 /**
@@ -35,10 +32,7 @@ export class FormatError extends Error {
  * or answered something that does not add up.
  */
 export class CodecTrap extends Error {
-  constructor(message) {
-    super(message);
-    this.name = 'CodecTrap';
-  }
+  name = 'CodecTrap';
 }
 
 /** Bytes as one view (jco lowers any TypedArray or ArrayBuffer view as it is). */
@@ -166,17 +160,11 @@ export class ComponentCodec {
   }
 }
 
-let shared = null;
-
 /**
  * A codec shared by readers that were given none, over the packaged component (or the
  * build `$DSTL_GUEST_WASM` names).
  * @returns {Promise<ComponentCodec>}
  */
 export function sharedCodec() {
-  if (!shared) {
-    shared = ComponentCodec.open();
-    shared.catch(() => (shared = null));
-  }
-  return shared;
+  return once('shared codec', () => ComponentCodec.open());
 }

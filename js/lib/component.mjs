@@ -22,7 +22,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { SetupError } from './errors.mjs';
 import { Capture, wasiImports } from './wasi.mjs';
-import { componentKind, NAME, PATCH_VERSION, readTranspiled, RULES_NAME, sha256, transpileToCache } from './transpile.mjs';
+import { componentKind, NAME, PATCH_VERSION, readComponent, readTranspiled, RULES_NAME, sha256, transpileToCache } from './transpile.mjs';
 
 /** The transpiled component the package ships (`<package>/component/`). */
 export const PACKAGED_COMPONENT_DIR = fileURLToPath(new URL('../component', import.meta.url));
@@ -64,7 +64,8 @@ function readLeb(bytes, pos) {
   }
 }
 
-function writeLeb(value) {
+/** `value` as an unsigned LEB128. */
+export function writeLeb(value) {
   const out = [];
   do {
     let byte = value % 128;
@@ -166,15 +167,13 @@ export class Component {
    */
   instantiate(imports, memoryLimit) {
     const pages = Math.max(1, Math.floor(memoryLimit / WASM_PAGE));
-    const exports = { memory: null };
+    let memory = null;
     const root = this._instantiate((name) => this._module(name, pages), imports, (module, importObject) => {
       const instance = new WebAssembly.Instance(module, importObject);
-      if (instance.exports.memory instanceof WebAssembly.Memory && !exports.memory) {
-        exports.memory = instance.exports.memory;
-      }
+      if (instance.exports.memory instanceof WebAssembly.Memory) memory ??= instance.exports.memory;
       return instance;
     });
-    return { ...root, memory: exports.memory };
+    return { ...root, memory };
   }
 }
 
@@ -222,18 +221,32 @@ export async function loadTranspiled(dir, wasmPath = null, name = NAME) {
  * (transpiled with jco on first use).
  */
 async function transpiledDirFor(path) {
-  let bytes;
-  try {
-    bytes = readFileSync(path);
-  } catch (e) {
-    throw new SetupError(`cannot read the writer component ${path}: ${e.message}`);
-  }
+  const bytes = readComponent(path, 'writer component');
   const packaged = readTranspiled(PACKAGED_COMPONENT_DIR);
   if (packaged?.sha256 === sha256(bytes) && packaged.patch === PATCH_VERSION) return PACKAGED_COMPONENT_DIR;
   return transpileToCache(path, bytes);
 }
 
-const loaded = new Map();
+const promises = new Map();
+
+/**
+ * The promise `make()` returns, made once per process for `key`: a promise that
+ * rejects is forgotten, so the next call for `key` tries again.
+ *
+ * @param {string} key
+ * @param {() => Promise<T>} make
+ * @returns {Promise<T>}
+ * @template T
+ */
+export function once(key, make) {
+  let promise = promises.get(key);
+  if (!promise) {
+    promise = make();
+    promise.catch(() => promises.delete(key));
+    promises.set(key, promise);
+  }
+  return promise;
+}
 
 /**
  * Loads and compiles the writer component, once per process and source: the packaged
@@ -250,17 +263,10 @@ export function loadComponent(wasm) {
   } catch (e) {
     return Promise.reject(e);
   }
-  const key = path ?? '';
-  let promise = loaded.get(key);
-  if (!promise) {
-    promise = (async () => loadTranspiled(path === null ? PACKAGED_COMPONENT_DIR : await transpiledDirFor(path), path))();
-    promise.catch(() => loaded.delete(key));
-    loaded.set(key, promise);
-  }
-  return promise;
+  return once(`component ${path ?? ''}`, async () =>
+    loadTranspiled(path === null ? PACKAGED_COMPONENT_DIR : await transpiledDirFor(path), path),
+  );
 }
-
-let rules = null;
 
 /**
  * Loads and compiles the packaged rules component, once per process.
@@ -268,13 +274,7 @@ let rules = null;
  * @returns {Promise<Component>}
  */
 export function loadRules() {
-  if (!rules) {
-    rules = loadTranspiled(PACKAGED_RULES_DIR, null, RULES_NAME);
-    rules.catch(() => {
-      rules = null;
-    });
-  }
-  return rules;
+  return once('rules', () => loadTranspiled(PACKAGED_RULES_DIR, null, RULES_NAME));
 }
 
 /**
@@ -304,8 +304,6 @@ export function instantiateRules(rules) {
   return rules.instantiate(wasiImports(new Capture()), RULES_MEMORY_LIMIT);
 }
 
-let sharedRulesInstance = null;
-
 /**
  * One instance of the rules component for the process's calls that keep no state (the
  * configuration keys, the JSON records); a storage's ownership rules and upload policy
@@ -314,13 +312,7 @@ let sharedRulesInstance = null;
  * @returns {Promise<object>} the instance's exports (`settings`, `records`, ...)
  */
 export function sharedRules() {
-  if (!sharedRulesInstance) {
-    sharedRulesInstance = loadRules().then(instantiateRules);
-    sharedRulesInstance.catch(() => {
-      sharedRulesInstance = null;
-    });
-  }
-  return sharedRulesInstance;
+  return once('shared rules', () => loadRules().then(instantiateRules));
 }
 
 /** The unversioned import keys of the `changelog` world, as jco looks them up. */

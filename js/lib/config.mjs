@@ -121,18 +121,8 @@ export class Config {
   /** Stores a parsed setting in its field; `key` as given, for messages. */
   #apply(key, { key: name, value }) {
     const invalid = (reason) => new ConfigError(`invalid value for \`${key}\`: ${reason}`);
-    let v;
-    switch (value.tag) {
-      case 'bytes':
-        v = safeBytes(value.val);
-        if (v === null) throw invalid(`${value.val} bytes exceed what the Node host counts exactly (2^53)`);
-        break;
-      case 'nanos':
-        v = millis(value.val);
-        break;
-      default:
-        v = value.val;
-    }
+    const v = value.tag === 'bytes' ? safeBytes(value.val) : value.tag === 'nanos' ? millis(value.val) : value.val;
+    if (value.tag === 'bytes' && v === null) throw invalid(`${value.val} bytes exceed what the Node host counts exactly (2^53)`);
     if (name === 'dstl.dfs.base-path') {
       if (v.includes('\0')) throw invalid(`base path ${JSON.stringify(v)} contains a NUL character`);
       if (v.includes('://')) throw invalid(`the Node host writes to local directories only, not ${v}`);

@@ -2,13 +2,13 @@
 // interface `records`), as the Rust host writes and reads it; this module reads the file
 // and writes it atomically.
 
-import { open, readFile, rename } from 'node:fs/promises';
+import { readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 import { s64, u64 } from './args.mjs';
 import { errorMessage, sharedRules } from './component.mjs';
 import { InvalidArgumentError, ReadError } from './errors.mjs';
-import { syncDir } from './store.mjs';
+import { syncDir, writeSynced } from './store.mjs';
 
 const { records } = await sharedRules();
 
@@ -69,13 +69,7 @@ export async function loadManifest(path) {
 export async function storeManifest(path, snapshot, extra = {}) {
   const json = manifestJson(snapshot, extra);
   const tmp = `${path}.tmp`;
-  const handle = await open(tmp, 'w');
-  try {
-    await handle.writeFile(json);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
+  await writeSynced(tmp, 'w', (handle) => handle.writeFile(json));
   await rename(tmp, path);
   await syncDir(dirname(path) || '.');
 }

@@ -12,10 +12,8 @@ import { instantiateRules } from './component.mjs';
 
 /** Counts background jobs (uploads, deletions) so callers can await idleness. */
 export class Outstanding {
-  constructor() {
-    this.count = 0;
-    this.waiters = [];
-  }
+  count = 0;
+  waiters = [];
   /** @returns {() => void} call once when the job is done */
   start() {
     this.count++;
@@ -23,11 +21,7 @@ export class Outstanding {
     return () => {
       if (done) return;
       done = true;
-      if (--this.count === 0) {
-        const waiters = this.waiters;
-        this.waiters = [];
-        for (const resolve of waiters) resolve();
-      }
+      if (--this.count === 0) for (const resolve of this.waiters.splice(0)) resolve();
     };
   }
   /** @returns {Promise<void>} resolved once no job is running */

@@ -70,9 +70,7 @@ export class Throttle {
     this.#wake();
   }
   #wake() {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const resolve of waiters) resolve();
+    for (const resolve of this.waiters.splice(0)) resolve();
   }
 }
 
@@ -186,13 +184,11 @@ function fatal(message) {
 
 /** Upload counters, after Flink's `ChangelogStorage.*` metrics (a subset). */
 export class Metrics {
-  constructor() {
-    this.upload_requests = 0;
-    this.upload_failures = 0;
-    this.uploaded_files = 0;
-    this.written_bytes = 0;
-    this.upload_batches = 0;
-  }
+  upload_requests = 0;
+  upload_failures = 0;
+  uploaded_files = 0;
+  written_bytes = 0;
+  upload_batches = 0;
 }
 
 /**

@@ -77,22 +77,12 @@ export class ChangelogStorage {
   static async open(config = {}, options = {}) {
     if (!(config instanceof Config)) config = Config.from(config);
     config.validate();
-    let remote = options.store;
-    if (!remote) {
-      try {
-        remote = await LocalStore.open(config.jobDir());
-      } catch (e) {
-        throw new SetupError(`cannot create the changelog directory ${config.jobDir()}: ${e.message}`);
-      }
-    }
-    let local = null;
-    if (config.localRecovery) {
-      try {
-        local = await LocalStore.open(config.localCopiesDir());
-      } catch (e) {
-        throw new SetupError(`cannot create the local-copy directory ${config.localCopiesDir()}: ${e.message}`);
-      }
-    }
+    const openDir = (what, dir) =>
+      LocalStore.open(dir).catch((e) => {
+        throw new SetupError(`cannot create the ${what} ${dir}: ${e.message}`);
+      });
+    const remote = options.store || (await openDir('changelog directory', config.jobDir()));
+    const local = config.localRecovery ? await openDir('local-copy directory', config.localCopiesDir()) : null;
     let component;
     let rules;
     try {

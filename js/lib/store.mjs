@@ -36,14 +36,26 @@ async function writeAll(handle, parts) {
   }
 }
 
-/** Fsyncs a directory so the names in it are durable. */
-export async function syncDir(dir) {
-  const handle = await open(dir, 'r');
+/**
+ * Opens `path` with `flags`, lets `write` write through the handle, then fsyncs and
+ * closes it (closed also when the write or the fsync fails).
+ * @param {string} path
+ * @param {string} flags
+ * @param {(handle: import('node:fs/promises').FileHandle) => Promise<void>|void} [write] none: only the fsync
+ */
+export async function writeSynced(path, flags, write = () => {}) {
+  const handle = await open(path, flags);
   try {
+    await write(handle);
     await handle.sync();
   } finally {
     await handle.close();
   }
+}
+
+/** Fsyncs a directory so the names in it are durable. */
+export function syncDir(dir) {
+  return writeSynced(dir, 'r');
 }
 
 /**
@@ -114,13 +126,7 @@ export class LocalStore {
     const staging = join(this.dir, `.${name}.${process.pid}.${staged++}.tmp`);
     let linked = false;
     try {
-      const handle = await open(staging, 'wx');
-      try {
-        await writeAll(handle, parts);
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
+      await writeSynced(staging, 'wx', (handle) => writeAll(handle, parts));
       // A hard link creates the name only if it is free, so a file is never
       // overwritten, and it appears with all its bytes at once.
       await link(staging, target);

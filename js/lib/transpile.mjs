@@ -54,6 +54,22 @@ export function sha256(bytes) {
 }
 
 /**
+ * The bytes of the component file `path`.
+ *
+ * @param {string} path
+ * @param {string} what what the component is, for the error message
+ * @returns {Buffer}
+ * @throws {SetupError} when the file cannot be read
+ */
+export function readComponent(path, what) {
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    throw new SetupError(`cannot read the ${what} ${path}: ${e.message}`);
+  }
+}
+
+/**
  * The metadata of the transpiled directory `dir`, or null if it has none, cannot be
  * parsed, or lacks one of the files it lists (an interrupted or foreign directory).
  *

@@ -69,10 +69,8 @@ class OutputStream {
 
 /** What a sandbox printed, up to 64 KiB (later bytes are dropped). */
 export class Capture {
-  constructor() {
-    this.chunks = [];
-    this.length = 0;
-  }
+  chunks = [];
+  length = 0;
   push(buf) {
     const room = CAPTURE_LIMIT - this.length;
     if (room <= 0) return;

@@ -300,12 +300,21 @@ export class Writer {
     try {
       this.#hold(live.resource.appendBatch(keyGroups, lengths, data));
     } catch (e) {
-      if (isWriterErrorValue(e)) {
-        this.#give();
-        this.#budget = budget(this.#handOff.handedOver({ tag: 'err', val: e }));
-      }
-      throw e;
+      throw this.#refused(e, (error) => this.#handOff.handedOver({ tag: 'err', val: error }));
     }
+  }
+
+  /**
+   * Returns `e`, which a guest call threw, to be rethrown; a refusal (a WIT
+   * `writer-error`) is first told to the hand-off rule through `tell`, after the input
+   * held back, and the rule's answer is the new budget.
+   */
+  #refused(e, tell) {
+    if (isWriterErrorValue(e)) {
+      this.#give();
+      this.#budget = budget(tell(e));
+    }
+    return e;
   }
 
   /** Holds `input` back for the hand-off rule (see `#held`). */
@@ -368,11 +377,7 @@ export class Writer {
         reply = live.resource.persist(batch.keyGroups, batch.lengths, batch.data, start, cp);
         this.#hold(PERSISTED);
       } catch (e) {
-        if (isWriterErrorValue(e)) {
-          this.#give();
-          this.#budget = budget(this.#handOff.persisted(e));
-        }
-        throw e;
+        throw this.#refused(e, (error) => this.#handOff.persisted(error));
       }
       let promise;
       if (reply.tag === 'ready') {

@@ -11,13 +11,12 @@
 // up-to-date directory (same component bytes, jco version and patches) is left as it is,
 // so packing while tests use it changes nothing.
 
-import { readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { DstlError, SetupError } from '../lib/errors.mjs';
+import { DstlError } from '../lib/errors.mjs';
 import { PACKAGED_COMPONENT_DIR, PACKAGED_RULES_DIR } from '../lib/component.mjs';
-import { loadJco, NAME, PATCH_VERSION, readTranspiled, RULES_NAME, sha256, transpileInto } from '../lib/transpile.mjs';
+import { loadJco, NAME, PATCH_VERSION, readComponent, readTranspiled, RULES_NAME, sha256, transpileInto } from '../lib/transpile.mjs';
 import { COMMITTED_COMPONENT, COMMITTED_RULES } from '../support/repo.mjs';
 
 async function main() {
@@ -32,12 +31,7 @@ async function main() {
 
 /** Transpiles the component file `source` into `out` as module `name`, unless up to date. */
 async function build(source, out, name, force) {
-  let bytes;
-  try {
-    bytes = readFileSync(source);
-  } catch (e) {
-    throw new SetupError(`cannot read the component ${source}: ${e.message}`);
-  }
+  const bytes = readComponent(source, 'component');
   const jco = await loadJco(source);
   const current = readTranspiled(out, name);
   const fresh = current && current.sha256 === sha256(bytes) && current.jco === jco.version && current.patch === PATCH_VERSION;

@@ -5,18 +5,8 @@
 
 import { readFileSync } from 'node:fs';
 
+import { writeLeb } from '../lib/component.mjs';
 import { COMMITTED_COMPONENT } from './repo.mjs';
-
-function leb(value) {
-  const out = [];
-  do {
-    let byte = value & 0x7f;
-    value >>>= 7;
-    if (value) byte |= 0x80;
-    out.push(byte);
-  } while (value);
-  return out;
-}
 
 /**
  * The committed component's bytes with a custom section `name` holding `data` at the end.
@@ -26,6 +16,6 @@ function leb(value) {
  */
 export function componentVariant(name = 'dstl-test-variant', data = 'not the packaged component') {
   const nameBytes = Buffer.from(name);
-  const content = Buffer.concat([Buffer.from(leb(nameBytes.length)), nameBytes, Buffer.from(data)]);
-  return Buffer.concat([readFileSync(COMMITTED_COMPONENT), Buffer.from([0, ...leb(content.length)]), content]);
+  const content = Buffer.concat([Buffer.from(writeLeb(nameBytes.length)), nameBytes, Buffer.from(data)]);
+  return Buffer.concat([readFileSync(COMMITTED_COMPONENT), Buffer.from([0, ...writeLeb(content.length)]), content]);
 }

@@ -105,9 +105,9 @@ export function bytes(spec) {
 }
 
 /** A local directory whose file creations fail or hang as the scenario says. */
-class ScriptedStore {
-  constructor(inner) {
-    this.inner = inner;
+class ScriptedStore extends LocalStore {
+  constructor(dir) {
+    super(dir);
     this.plan = [];
     this.broken = false;
     this.gate = null;
@@ -130,22 +130,7 @@ class ScriptedStore {
     if (fault === 'hang') {
       while (!this.gateOpen) await this.gate.promise;
     }
-    return this.inner.createParts(name, parts);
-  }
-  delete(path) {
-    return this.inner.delete(path);
-  }
-  read(path) {
-    return this.inner.read(path);
-  }
-  list() {
-    return this.inner.list();
-  }
-  contains(path) {
-    return this.inner.contains(path);
-  }
-  describe() {
-    return this.inner.describe();
+    return super.createParts(name, parts);
   }
 }
 
@@ -213,7 +198,7 @@ export async function runScenario(scenario) {
   config.set('dstl.dfs.base-path', base);
   config.set('dstl.job-id', JOB_ID);
   for (const [key, value] of Object.entries(scenario.config ?? {})) config.set(key, String(value));
-  const store = new ScriptedStore(await LocalStore.open(config.jobDir()));
+  const store = new ScriptedStore((await LocalStore.open(config.jobDir())).dir);
   const storage = await ChangelogStorage.open(config, { store, logger: () => {} });
   const writers = new Map();
   const persists = new Map();
