@@ -71,9 +71,7 @@ impl RecoveryCache {
                 },
             );
             entries.bytes += size;
-            if let Some(previous) = previous {
-                entries.bytes -= previous.logical.len() as u64;
-            }
+            entries.bytes -= previous.map_or(0, |previous| previous.logical.len() as u64);
             self.shrink(&mut entries);
         }
         Ok(logical)

@@ -290,28 +290,25 @@ impl LeaseFile {
 /// sharing the base are listed as skipped, never touched: their manifests are not here.
 pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing, GcError> {
     let mut listing = Listing::default();
-    let mut links = Vec::new();
-    let mut leases = Vec::new();
-    let mut take = |job: &str, files: &mut dyn FnMut() -> Result<Vec<StoredFile>, GcError>| {
-        if jobs.contains(job) {
-            listing.files.extend(files()?);
-        } else {
+    // Whether `job` is in scope; if not, it is listed as skipped.
+    let mut in_scope = |job: &str| {
+        let scoped = jobs.contains(job);
+        if !scoped {
             listing.skipped_jobs.insert(job.to_string());
         }
-        Ok::<(), GcError>(())
+        scoped
     };
+    let links = &mut listing.skipped_links;
     match config.location() {
         Location::Local(base) => {
             if base.exists() {
                 // The base as given may be a link (it is the user's choice); below it,
                 // nothing is followed. Listed paths are absolute, as handles are.
                 let base = base.canonicalize().map_err(list_error(&base))?;
-                for (name, dir) in job_dirs(&base, "dstl", &mut links)? {
-                    if is_job_id(&name) {
-                        take(&name, &mut || list_dir(&dir, &mut links))?;
-                        if jobs.contains(&name) {
-                            leases.extend(local_leases(&base, &name, &mut links)?);
-                        }
+                for (name, dir) in job_dirs(&base, "dstl", links)? {
+                    if is_job_id(&name) && in_scope(&name) {
+                        listing.files.extend(list_dir(&dir, links)?);
+                        listing.leases.extend(local_leases(&base, &name, links)?);
                     }
                 }
             }
@@ -337,13 +334,13 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
                 {
                     let bytes = store.read(&file.path).unwrap_or_default();
                     let job = parts[0].to_string();
-                    leases.push(LeaseFile::read(&job, file, &bytes));
-                    continue;
-                }
-                if parts.len() == 3 && is_job_id(parts[0]) && parts[1] == "dstl" {
-                    let job = parts[0].to_string();
-                    let mut file = Some(file);
-                    take(&job, &mut || Ok(file.take().into_iter().collect()))?;
+                    listing.leases.push(LeaseFile::read(&job, file, &bytes));
+                } else if parts.len() == 3
+                    && is_job_id(parts[0])
+                    && parts[1] == "dstl"
+                    && in_scope(parts[0])
+                {
+                    listing.files.push(file);
                 }
             }
         }
@@ -351,14 +348,14 @@ pub fn stored_files(config: &Config, jobs: &BTreeSet<String>) -> Result<Listing,
     let local = config.local_copies_root();
     if local.is_dir() {
         let local = local.canonicalize().map_err(list_error(&local))?;
-        for (name, dir) in job_dirs(&local, "taskowned", &mut links)? {
-            if let Some(id) = name.strip_prefix("jid_").filter(|id| is_job_id(id)) {
-                take(id, &mut || list_dir(&dir, &mut links))?;
+        for (name, dir) in job_dirs(&local, "taskowned", links)? {
+            if let Some(id) = name.strip_prefix("jid_").filter(|id| is_job_id(id))
+                && in_scope(id)
+            {
+                listing.files.extend(list_dir(&dir, links)?);
             }
         }
     }
-    listing.skipped_links = links;
-    listing.leases = leases;
     Ok(listing)
 }
 

@@ -54,7 +54,6 @@ impl ManifestFile for Manifest {
     fn store(&self, path: &Path) -> std::io::Result<()> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
         {
             use std::io::Write;
             let mut file = std::fs::File::create(&tmp)?;
@@ -62,14 +61,6 @@ impl ManifestFile for Manifest {
             file.sync_all()?;
         }
         std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        crate::store::sync_parent(path)
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use dstl_proto::codec::{self, Change};
 use dstl_proto::read::{self, FileError, NeededFile, ReadPlan};
 use dstl_proto::types::ChangelogHandle;
+use sha2::Digest as _;
 
 use super::cache::RecoveryCache;
 use crate::store::FileSource;
@@ -115,8 +116,8 @@ fn visit_entries(
         let logical = &fetched[plan.file_of(i)];
         *visited += read::visit_change_set(
             &entry.handle.path,
-            logical.bytes(),
-            logical.start(),
+            &logical.bytes,
+            logical.start,
             entry.offset,
             visit,
         )?;
@@ -124,27 +125,17 @@ fn visit_entries(
     Ok(())
 }
 
-/// The logical bytes of a file a read needs.
-enum Logical {
-    /// All of them (a compressed file, or any file from the cache).
-    Whole(Arc<Vec<u8>>),
-    /// Those from `start` on (a ranged read of a plain file).
-    From { bytes: Vec<u8>, start: u64 },
+/// The logical bytes of a file a read needs, from `start` on: all of them, from 0, for a
+/// compressed file or any file from the cache; fewer after a ranged read of a plain file.
+struct Logical {
+    bytes: Arc<Vec<u8>>,
+    start: u64,
 }
 
 impl Logical {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Logical::Whole(bytes) => bytes,
-            Logical::From { bytes, .. } => bytes,
-        }
-    }
-
-    fn start(&self) -> u64 {
-        match self {
-            Logical::Whole(_) => 0,
-            Logical::From { start, .. } => *start,
-        }
+    /// All of a file's logical bytes.
+    fn whole(bytes: Arc<Vec<u8>>) -> Self {
+        Self { bytes, start: 0 }
     }
 }
 
@@ -160,7 +151,7 @@ fn fetch_all(
             .get_or_load(file.path, || {
                 fetch_whole(files, file.path, file.logical_size)
             })
-            .map(Logical::Whole),
+            .map(Logical::whole),
         None => fetch(files, file.path, file.logical_size, file.from),
     };
     if needed.len() <= 1 {
@@ -202,12 +193,15 @@ fn fetch(files: &FileSource, path: &str, file_size: u64, from: u64) -> Result<Lo
             .read_range(path, from.saturating_add(1)..file_size.saturating_add(2))
             .map_err(io)?;
         if from.saturating_add(bytes.len() as u64) == file_size {
-            return Ok(Logical::From { bytes, start: from });
+            return Ok(Logical {
+                bytes: Arc::new(bytes),
+                start: from,
+            });
         }
         // The length differs: a range cannot tell by how much (the file may end before
         // `from`), so the whole file is read for the error, which names its true length.
     }
-    fetch_whole(files, path, file_size).map(|bytes| Logical::Whole(Arc::new(bytes)))
+    fetch_whole(files, path, file_size).map(|bytes| Logical::whole(Arc::new(bytes)))
 }
 
 /// All logical bytes of `path`, checked against the handle's length.
@@ -216,10 +210,7 @@ fn fetch_whole(files: &FileSource, path: &str, file_size: u64) -> Result<Vec<u8>
         path: path.to_string(),
         source,
     })?;
-    Ok(match read::logical_file(path, &bytes, file_size)? {
-        std::borrow::Cow::Borrowed(plain) => plain.to_vec(),
-        std::borrow::Cow::Owned(decompressed) => decompressed,
-    })
+    Ok(read::logical_file(path, &bytes, file_size)?.into_owned())
 }
 
 /// SHA-256 over every change in order: key group and value length as 4-byte big-endian,
@@ -242,7 +233,6 @@ pub struct Digest {
 impl Digest {
     /// Adds one change.
     pub fn update(&mut self, key_group: i32, value: &[u8]) {
-        use sha2::Digest as _;
         self.hasher.update(key_group.to_be_bytes());
         self.hasher.update((value.len() as u32).to_be_bytes());
         self.hasher.update(value);
@@ -251,7 +241,6 @@ impl Digest {
 
     /// The number of changes and the lowercase hex digest.
     pub fn finish(self) -> (u64, String) {
-        use sha2::Digest as _;
         let hex = self
             .hasher
             .finalize()

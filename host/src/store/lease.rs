@@ -429,7 +429,7 @@ impl LeaseDir {
                     .collect::<Vec<_>>()
             }),
             LeaseDir::S3(store) => store
-                .list_within(limit)
+                .list_within(Some(limit))
                 .map(|files| files.into_iter().map(|f| (f.path, f.modified)).collect()),
         };
         let Ok(listed) = listed else {
@@ -447,7 +447,7 @@ impl LeaseDir {
             }
             let bytes = match self {
                 LeaseDir::Local(_) => std::fs::read(&path),
-                LeaseDir::S3(store) => store.read_within(&path, left()),
+                LeaseDir::S3(store) => store.read_within(&path, Some(left())),
             };
             let Ok(bytes) = bytes else {
                 continue;
@@ -460,7 +460,7 @@ impl LeaseDir {
             let removed = match self {
                 LeaseDir::Local(_) => super::delete_file(&path),
                 LeaseDir::S3(store) => {
-                    store.delete_within(&path, left().max(Duration::from_millis(100)))
+                    store.delete_within(&path, Some(left().max(Duration::from_millis(100))))
                 }
             };
             if removed.is_ok() {
@@ -479,7 +479,7 @@ impl LeaseDir {
                 let _ = std::fs::remove_dir(dir);
                 Ok(())
             }
-            LeaseDir::S3(store) => store.delete_within(path, limit),
+            LeaseDir::S3(store) => store.delete_within(path, Some(limit)),
         }
     }
 }

@@ -219,18 +219,15 @@ impl LocalStore {
         Ok(files)
     }
 
-    pub(crate) fn contains(&self, path: &str) -> bool {
-        let path = Path::new(path);
-        path.parent() == Some(self.dir.as_path())
-            && path
-                .file_name()
-                .is_some_and(|n| n != "." && n != ".." && !n.is_empty())
-    }
-
     /// Refuses to touch a path outside this store's directory (a bad handle or manifest
     /// must never make the store read or delete someone else's file).
     fn check_inside(&self, path: &str) -> std::io::Result<()> {
-        if self.contains(path) {
+        let inside = Path::new(path);
+        if inside.parent() == Some(self.dir.as_path())
+            && inside
+                .file_name()
+                .is_some_and(|n| n != "." && n != ".." && !n.is_empty())
+        {
             Ok(())
         } else {
             Err(std::io::Error::new(
@@ -355,7 +352,7 @@ impl Store for LocalStore {
 
     fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
         self.check_inside(path)?;
-        read(path)
+        fs::read(path)
     }
 
     fn list(&self) -> std::io::Result<Vec<StoredFile>> {
@@ -383,18 +380,19 @@ pub fn create_dirs_durably(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
-        let parent = d
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        File::open(parent)?.sync_all()?;
+        sync_parent(d)?;
     }
     Ok(missing)
 }
 
-/// Reads a whole file.
-pub fn read(path: &str) -> std::io::Result<Vec<u8>> {
-    fs::read(path)
+/// Fsyncs the directory holding `path` (the working directory for a bare name), so that
+/// an entry made in it survives a power loss.
+pub(crate) fn sync_parent(path: &Path) -> std::io::Result<()> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(parent)?.sync_all()
 }
 
 /// Deletes a file; a missing file counts as deleted.

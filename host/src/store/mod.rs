@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::time::SystemTime;
 
 pub use local::{LocalStore, create_dirs_durably};
-pub(crate) use local::{delete as delete_file, read};
+pub(crate) use local::{delete as delete_file, sync_parent};
 pub(crate) use routing::{Holder, Stores};
 pub use s3::{S3Error, S3Settings, S3Store};
 pub(crate) use s3::{job_key_prefix, join_key};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::sync::LockExt;
 
-use super::{S3Settings, S3Store, Store, read};
+use super::{S3Settings, S3Store, Store};
 
 /// Reads files named by handles: `s3://` URLs through an S3 client, anything else from
 /// the local filesystem.
@@ -45,7 +45,7 @@ impl FileSource {
     pub fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
         match self.client(path)? {
             Some(s3) => s3.read(path),
-            None => read(path),
+            None => std::fs::read(path),
         }
     }
 

@@ -120,27 +120,19 @@ where
             let permits = permits.clone();
             let live = live.clone();
             running.spawn(async move {
-                let Ok(_permit) = permits.acquire_owned().await else {
-                    return (
-                        n,
-                        Err(AttemptError::Fatal(
-                            "the upload executor was shut down".into(),
-                        )),
-                    );
+                let result = match permits.acquire_owned().await {
+                    Err(_) => Err(AttemptError::Fatal(
+                        "the upload executor was shut down".into(),
+                    )),
+                    Ok(_) if live.load(Ordering::SeqCst) != n => Err(AttemptError::Fatal(
+                        dstl_proto::retry::not_started_message(n),
+                    )),
+                    Ok(_permit) => tokio::task::spawn_blocking(move || attempt(n))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(AttemptError::Fatal(format!("attempt {n} panicked: {e}")))
+                        }),
                 };
-                if live.load(Ordering::SeqCst) != n {
-                    return (
-                        n,
-                        Err(AttemptError::Fatal(dstl_proto::retry::not_started_message(
-                            n,
-                        ))),
-                    );
-                }
-                let result = tokio::task::spawn_blocking(move || attempt(n))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(AttemptError::Fatal(format!("attempt {n} panicked: {e}")))
-                    });
                 (n, result)
             });
         }

@@ -64,22 +64,11 @@ struct Delivery {
     pending: Vec<(Recipient, UploadOutcome)>,
 }
 
-impl Delivery {
-    fn run(mut self) {
-        self.deliver_pending();
-    }
-
-    fn deliver_pending(&mut self) {
-        for (recipient, outcome) in self.pending.drain(..) {
-            self.scheduler.throttle.release(recipient.size);
-            self.scheduler.deliver(&recipient, outcome);
-        }
-    }
-}
-
 impl Drop for Delivery {
     fn drop(&mut self) {
-        self.deliver_pending();
+        for (recipient, outcome) in self.pending.drain(..) {
+            self.scheduler.deliver(&recipient, outcome);
+        }
     }
 }
 
@@ -87,10 +76,6 @@ impl Drop for Delivery {
 struct Queued {
     recipient: Recipient,
     task: UploadTask,
-}
-
-struct Queue {
-    batcher: Batcher<Queued>,
 }
 
 /// How a scheduler batches, retries and limits uploads.
@@ -105,7 +90,7 @@ pub(crate) struct SchedulerSettings {
 /// Batches, throttles and runs uploads.
 pub(crate) struct Scheduler {
     policy: RetryPolicy,
-    queue: Mutex<Queue>,
+    queue: Mutex<Batcher<Queued>>,
     /// Wakes the timer task when a batch gets a deadline or the queue closes.
     timer: Arc<Notify>,
     pub throttle: Throttle,
@@ -158,9 +143,7 @@ impl Scheduler {
     ) -> Arc<Self> {
         let scheduler = Arc::new(Self {
             policy: settings.policy,
-            queue: Mutex::new(Queue {
-                batcher: Batcher::new(settings.delay, settings.size_threshold),
-            }),
+            queue: Mutex::new(Batcher::new(settings.delay, settings.size_threshold)),
             timer: Arc::new(Notify::new()),
             throttle: Throttle::new(settings.max_in_flight),
             blocks: uploader.buffers.clone(),
@@ -189,10 +172,10 @@ impl Scheduler {
             };
             let deadline = {
                 let queue = scheduler.queue.locked();
-                if queue.batcher.is_closed() {
+                if queue.is_closed() {
                     return;
                 }
-                queue.batcher.poll_timeout()
+                queue.poll_timeout()
             };
             // A wake-up between here and the wait is kept as a permit, so none is lost.
             let timer = scheduler.timer.clone();
@@ -210,11 +193,7 @@ impl Scheduler {
             let Some(scheduler) = this.upgrade() else {
                 return;
             };
-            let batch = scheduler
-                .queue
-                .locked()
-                .batcher
-                .handle_timeout(Instant::now());
+            let batch = scheduler.queue.locked().handle_timeout(Instant::now());
             if let Some(batch) = batch {
                 scheduler.start(batch);
             }
@@ -252,11 +231,11 @@ impl Scheduler {
             },
             task,
         };
-        let had_deadline = queue.batcher.poll_timeout().is_some();
+        let had_deadline = queue.poll_timeout().is_some();
         let pushed = if queued.task.preemptive {
-            queue.batcher.push_background(queued, size, Instant::now())
+            queue.push_background(queued, size, Instant::now())
         } else {
-            queue.batcher.push(queued, size, Instant::now())
+            queue.push(queued, size, Instant::now())
         };
         let Ok(batch) = pushed else {
             // Closed: the batcher dropped the task.
@@ -265,7 +244,7 @@ impl Scheduler {
             return Err(Refusal::StorageClosed);
         };
         self.metrics.upload_queue.increment(1.0);
-        let new_deadline = !had_deadline && queue.batcher.poll_timeout().is_some();
+        let new_deadline = !had_deadline && queue.poll_timeout().is_some();
         drop(queue);
         if let Some(batch) = batch {
             self.start(batch);
@@ -350,8 +329,9 @@ impl Scheduler {
                 scheduler: this.clone(),
                 pending: recipients.into_iter().zip(outcomes).collect(),
             };
-            // Delivery calls into writers' sandboxes: keep it off the async workers.
-            let delivered = tokio::task::spawn_blocking(move || delivery.run());
+            // Delivery (on drop) calls into writers' sandboxes: keep it off the async
+            // workers.
+            let delivered = tokio::task::spawn_blocking(move || drop(delivery));
             if let Err(e) = delivered.await {
                 tracing::error!(error = %e, "delivering upload outcomes panicked");
             }
@@ -488,9 +468,10 @@ impl Scheduler {
             .collect()
     }
 
-    /// Hands `outcome` to its writer; if the writer is gone, a success's files are
-    /// released on its behalf.
+    /// Returns the task's bytes to the throttle, then hands `outcome` to its writer; if
+    /// the writer is gone, a success's files are released on its behalf.
     fn deliver(&self, recipient: &Recipient, outcome: UploadOutcome) {
+        self.throttle.release(recipient.size);
         match recipient.sink.upgrade() {
             Some(sink) => sink.deliver(outcome),
             None => {
@@ -501,27 +482,29 @@ impl Scheduler {
         }
     }
 
+    /// Fails every task of `recipients` with `error`.
+    fn fail(&self, recipients: impl IntoIterator<Item = Recipient>, error: UploadError) {
+        for recipient in recipients {
+            let task = recipient.task;
+            let error = error.clone();
+            self.deliver(&recipient, UploadOutcome::Failed { task, error });
+        }
+    }
+
     /// Tasks waiting to be batched.
     pub fn queue_size(&self) -> u64 {
-        self.queue.locked().batcher.len() as u64
+        self.queue.locked().len() as u64
     }
 
     /// Fails queued tasks with a closed error and wakes writers waiting for capacity.
     /// Batches already running finish and deliver as usual.
     pub fn close(&self) {
-        let batch = { self.queue.locked().batcher.close() };
+        let batch = { self.queue.locked().close() };
         self.metrics.upload_queue.decrement(batch.len() as f64);
         self.timer.notify_one();
         self.throttle.close();
-        for queued in batch {
-            let recipient = queued.recipient;
-            self.throttle.release(recipient.size);
-            let outcome = UploadOutcome::Failed {
-                task: recipient.task,
-                error: UploadError::ClosedBeforeStart,
-            };
-            self.deliver(&recipient, outcome);
-        }
+        let recipients = batch.into_iter().map(|queued| queued.recipient);
+        self.fail(recipients, UploadError::ClosedBeforeStart);
     }
 
     /// Fails every task of the batches still running (the storage is closing and will not
@@ -534,14 +517,7 @@ impl Scheduler {
             .flat_map(|(_, recipients)| recipients)
             .collect();
         let count = running.len();
-        for recipient in running {
-            self.throttle.release(recipient.size);
-            let outcome = UploadOutcome::Failed {
-                task: recipient.task,
-                error: UploadError::Abandoned,
-            };
-            self.deliver(&recipient, outcome);
-        }
+        self.fail(running, UploadError::Abandoned);
         count
     }
 }

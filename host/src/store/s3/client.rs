@@ -14,7 +14,8 @@ use futures::TryStreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as Key;
 use object_store::{
-    ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+    ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    RetryConfig,
 };
 
 use super::{S3Error, S3Settings, is_loopback_http};
@@ -75,12 +76,7 @@ impl S3Store {
     pub fn stat(&self, path: &str) -> std::io::Result<Option<StoredFile>> {
         let key = self.key(path)?;
         match self.block(self.client.head(&key)) {
-            Ok(meta) => Ok(Some(StoredFile {
-                path: path.to_string(),
-                size: meta.size,
-                modified: SystemTime::UNIX_EPOCH
-                    + Duration::from_millis(meta.last_modified.timestamp_millis().max(0) as u64),
-            })),
+            Ok(meta) => Ok(Some(stored_file(path.to_string(), &meta))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(io_error(format!("cannot look up {path}"), e)),
         }
@@ -97,13 +93,6 @@ impl S3Store {
         self.block(self.list_prefix(prefix, format!("cannot list {path}")))
     }
 
-    /// This store's files.
-    async fn list_files(&self) -> std::io::Result<Vec<StoredFile>> {
-        let prefix = Key::from(self.prefix.as_str());
-        self.list_prefix(prefix, format!("cannot list {}", self.describe()))
-            .await
-    }
-
     /// The objects under `prefix`, sorted by path; `what` names a failure.
     async fn list_prefix(&self, prefix: Key, what: String) -> std::io::Result<Vec<StoredFile>> {
         let metas: Vec<_> = self
@@ -113,13 +102,8 @@ impl S3Store {
             .await
             .map_err(|e| io_error(what, e))?;
         let mut files: Vec<StoredFile> = metas
-            .into_iter()
-            .map(|m| StoredFile {
-                path: self.url(&m.location),
-                size: m.size,
-                modified: SystemTime::UNIX_EPOCH
-                    + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64),
-            })
+            .iter()
+            .map(|m| stored_file(self.url(&m.location), m))
             .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(files)
@@ -128,19 +112,12 @@ impl S3Store {
     /// Writes `bytes` as the object at `path`, whole: replacing what is there with
     /// `overwrite`, else failing with `AlreadyExists` if the object exists.
     pub fn put(&self, path: &str, bytes: &[u8], overwrite: bool) -> std::io::Result<()> {
-        let key = self.key(path)?;
-        let payload = PutPayload::from(bytes.to_vec());
-        let options = PutOptions {
-            mode: if overwrite {
-                PutMode::Overwrite
-            } else {
-                PutMode::Create
-            },
-            ..PutOptions::default()
+        let mode = if overwrite {
+            PutMode::Overwrite
+        } else {
+            PutMode::Create
         };
-        self.block(self.client.put_opts(&key, payload, options))
-            .map(|_| ())
-            .map_err(|e| io_error(format!("cannot write {path}"), e))
+        self.write(path, bytes, mode, None)
     }
 
     /// A store writing to `s3://bucket/<key_prefix>/` (no leading or trailing `/`); its
@@ -259,48 +236,60 @@ impl S3Store {
     where
         F::Output: Send,
     {
-        let handle = match &self.runtime {
+        let run = || match &self.runtime {
             ClientRuntime::Own(runtime) => runtime
                 .as_ref()
                 .expect("runtime lives as long as the store")
-                .handle(),
-            ClientRuntime::Caller(handle) => handle,
+                .handle()
+                .block_on(future),
+            ClientRuntime::Caller(handle) => handle.block_on(future),
             // Only the runtime's own `block_on` drives its I/O on the calling thread.
-            ClientRuntime::OnCaller(runtime) => {
-                if tokio::runtime::Handle::try_current().is_ok() {
-                    return std::thread::scope(|s| {
-                        s.spawn(|| runtime.block_on(future))
-                            .join()
-                            .expect("S3 request panicked")
-                    });
-                }
-                return runtime.block_on(future);
-            }
+            ClientRuntime::OnCaller(runtime) => runtime.block_on(future),
         };
         if tokio::runtime::Handle::try_current().is_ok() {
-            std::thread::scope(|s| {
-                s.spawn(|| handle.block_on(future))
-                    .join()
-                    .expect("S3 request panicked")
-            })
+            std::thread::scope(|s| s.spawn(run).join().expect("S3 request panicked"))
         } else {
-            handle.block_on(future)
+            run()
         }
     }
 
-    /// Runs a request with a time limit: `what` and the limit name the failure when none
-    /// came back in time.
+    /// Runs a request, with a time limit if there is one: `what` and the limit name the
+    /// failure when none came back in time.
     fn block_within<F: Future + Send>(
         &self,
-        limit: Duration,
+        limit: Option<Duration>,
         what: impl FnOnce() -> String,
         future: F,
     ) -> std::io::Result<F::Output>
     where
         F::Output: Send,
     {
+        let Some(limit) = limit else {
+            return Ok(self.block(future));
+        };
         self.block(async { tokio::time::timeout(limit, future).await })
             .map_err(|_| timed_out(what(), limit))
+    }
+
+    /// Writes `bytes` as the object at `path` in `mode`, giving up after `limit` if
+    /// there is one.
+    fn write(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        mode: PutMode,
+        limit: Option<Duration>,
+    ) -> std::io::Result<()> {
+        let key = self.key(path)?;
+        let payload = PutPayload::from(bytes.to_vec());
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        let what = || format!("cannot write {path}");
+        self.block_within(limit, what, self.client.put_opts(&key, payload, options))?
+            .map(|_| ())
+            .map_err(|e| io_error(what(), e))
     }
 
     /// Replaces the content of `path`, a file of this store, with `bytes` (or creates
@@ -312,17 +301,12 @@ impl S3Store {
         bytes: &[u8],
         limit: Duration,
     ) -> std::io::Result<()> {
-        let key = self.key(path)?;
-        let payload = PutPayload::from(bytes.to_vec());
-        let what = || format!("cannot write {path}");
-        self.block_within(limit, what, self.client.put(&key, payload))?
-            .map(|_| ())
-            .map_err(|e| io_error(what(), e))
+        self.write(path, bytes, PutMode::Overwrite, Some(limit))
     }
 
-    /// Deletes `path`, a file of this store, giving up after `limit` (a missing file is
-    /// no error).
-    pub(crate) fn delete_within(&self, path: &str, limit: Duration) -> std::io::Result<()> {
+    /// Deletes `path`, a file of this store, giving up after `limit` if there is one (a
+    /// missing file is no error).
+    pub(crate) fn delete_within(&self, path: &str, limit: Option<Duration>) -> std::io::Result<()> {
         let key = self.key(path)?;
         let what = || format!("cannot delete {path}");
         match self.block_within(limit, what, self.client.delete(&key))? {
@@ -331,8 +315,12 @@ impl S3Store {
         }
     }
 
-    /// Reads `path`, a file of this store, giving up after `limit`.
-    pub(crate) fn read_within(&self, path: &str, limit: Duration) -> std::io::Result<Vec<u8>> {
+    /// Reads `path`, a file of this store, giving up after `limit` if there is one.
+    pub(crate) fn read_within(
+        &self,
+        path: &str,
+        limit: Option<Duration>,
+    ) -> std::io::Result<Vec<u8>> {
         let key = self.key(path)?;
         let what = || format!("cannot read {path}");
         let read = async {
@@ -344,10 +332,12 @@ impl S3Store {
             .map_err(|e| io_error(what(), e))
     }
 
-    /// Lists this store's files ([`Store::list`]), giving up after `limit`.
-    pub(crate) fn list_within(&self, limit: Duration) -> std::io::Result<Vec<StoredFile>> {
+    /// Lists this store's files ([`Store::list`]), giving up after `limit` if there is
+    /// one.
+    pub(crate) fn list_within(&self, limit: Option<Duration>) -> std::io::Result<Vec<StoredFile>> {
+        let prefix = Key::from(self.prefix.as_str());
         let what = || format!("cannot list {}", self.describe());
-        self.block_within(limit, what, self.list_files())?
+        self.block_within(limit, what, self.list_prefix(prefix, what()))?
     }
 
     fn url(&self, key: &Key) -> String {
@@ -384,6 +374,16 @@ fn timed_out(what: String, limit: Duration) -> std::io::Error {
         std::io::ErrorKind::TimedOut,
         format!("{what}: no answer within {} ms", limit.as_millis()),
     )
+}
+
+/// An object's metadata as a [`StoredFile`] named `path`.
+fn stored_file(path: String, meta: &ObjectMeta) -> StoredFile {
+    StoredFile {
+        path,
+        size: meta.size,
+        modified: SystemTime::UNIX_EPOCH
+            + Duration::from_millis(meta.last_modified.timestamp_millis().max(0) as u64),
+    }
 }
 
 fn io_error(what: String, e: object_store::Error) -> std::io::Error {
@@ -426,21 +426,11 @@ impl Store for S3Store {
     }
 
     fn delete(&self, path: &str) -> std::io::Result<()> {
-        let key = self.key(path)?;
-        match self.block(self.client.delete(&key)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(io_error(format!("cannot delete {path}"), e)),
-        }
+        self.delete_within(path, None)
     }
 
     fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
-        let key = self.key(path)?;
-        self.block(async {
-            let result = self.client.get(&key).await?;
-            result.bytes().await
-        })
-        .map(|b| b.to_vec())
-        .map_err(|e| io_error(format!("cannot read {path}"), e))
+        self.read_within(path, None)
     }
 
     fn read_range(&self, path: &str, range: Range<u64>) -> std::io::Result<Vec<u8>> {
@@ -454,7 +444,7 @@ impl Store for S3Store {
     }
 
     fn list(&self) -> std::io::Result<Vec<StoredFile>> {
-        self.block(self.list_files())
+        self.list_within(None)
     }
 
     fn describe(&self) -> String {

@@ -56,15 +56,26 @@ impl S3Store {
         match self.never {}
     }
 
-    pub(crate) fn delete_within(&self, _: &str, _: std::time::Duration) -> std::io::Result<()> {
+    pub(crate) fn delete_within(
+        &self,
+        _: &str,
+        _: Option<std::time::Duration>,
+    ) -> std::io::Result<()> {
         match self.never {}
     }
 
-    pub(crate) fn read_within(&self, _: &str, _: std::time::Duration) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn read_within(
+        &self,
+        _: &str,
+        _: Option<std::time::Duration>,
+    ) -> std::io::Result<Vec<u8>> {
         match self.never {}
     }
 
-    pub(crate) fn list_within(&self, _: std::time::Duration) -> std::io::Result<Vec<StoredFile>> {
+    pub(crate) fn list_within(
+        &self,
+        _: Option<std::time::Duration>,
+    ) -> std::io::Result<Vec<StoredFile>> {
         match self.never {}
     }
 }
