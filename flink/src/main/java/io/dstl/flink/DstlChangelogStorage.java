@@ -79,20 +79,19 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
      * What Flink gets, possibly before the first writer and kept: available until the native
      * storage exists, then the native storage's availability.
      */
-    private final AvailabilityProvider availabilityProvider =
-            new AvailabilityProvider() {
-                @Override
-                public CompletableFuture<?> getAvailableFuture() {
-                    Availability a = availability;
-                    return a == null ? AVAILABLE : a.getAvailableFuture();
-                }
+    private final AvailabilityProvider availabilityProvider = new AvailabilityProvider() {
+        @Override
+        public CompletableFuture<?> getAvailableFuture() {
+            Availability a = availability;
+            return a == null ? AVAILABLE : a.getAvailableFuture();
+        }
 
-                @Override
-                public boolean isAvailable() {
-                    Availability a = availability;
-                    return a == null || a.isAvailable();
-                }
-            };
+        @Override
+        public boolean isAvailable() {
+            Availability a = availability;
+            return a == null || a.isAvailable();
+        }
+    };
     private DstlMetrics metrics;
     private StateChangelogStorageView<ChangelogStateHandleStreamImpl> view;
 
@@ -133,20 +132,9 @@ final class DstlChangelogStorage implements StateChangelogStorage<ChangelogState
         // for it: NativeStorage), or finds the writer below and frees it.
         NativeStorage storage = open();
         // Subtasks of one operator share its id; the key groups tell them apart.
-        String name =
-                operatorId
-                        + "/"
-                        + keyGroupRange.getStartKeyGroup()
-                        + "-"
-                        + keyGroupRange.getEndKeyGroup();
+        String name = operatorId + "/" + keyGroupRange.getStartKeyGroup() + "-" + keyGroupRange.getEndKeyGroup();
         DstlChangelogWriter writer =
-                new DstlChangelogWriter(
-                        this,
-                        storage,
-                        name,
-                        keyGroupRange,
-                        mailboxExecutor,
-                        availability);
+                new DstlChangelogWriter(this, storage, name, keyGroupRange, mailboxExecutor, availability);
         synchronized (this) {
             if (closed) {
                 writer.free();

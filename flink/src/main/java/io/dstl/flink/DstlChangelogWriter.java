@@ -94,19 +94,9 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         this.lengths = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
         this.data = ByteBuffer.allocateDirect(DATA_CAPACITY);
         this.budget = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
-        this.handle =
-                nativeStorage.open(
-                        "createWriter",
-                        h ->
-                                Native.createWriter(
-                                        h,
-                                        name.getBytes(StandardCharsets.UTF_8),
-                                        range.getStartKeyGroup(),
-                                        range.getEndKeyGroup(),
-                                        keyGroups,
-                                        lengths,
-                                        data,
-                                        budget));
+        byte[] utf8 = name.getBytes(StandardCharsets.UTF_8);
+        this.handle = nativeStorage.open("createWriter", h -> Native.createWriter(
+                h, utf8, range.getStartKeyGroup(), range.getEndKeyGroup(), keyGroups, lengths, data, budget));
         readBudget();
         try {
             this.closeSignal = Native.closeSignal(handle);
