@@ -120,20 +120,10 @@ pub(super) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "baseline_direct_mb_per_s": direct,
         "written_mb_per_s": written,
         "disk_ratio": written / baseline,
-        "summary": summary,
     });
     let mut flat = serde_json::to_value(&summary)?;
-    for key in [
-        "workload",
-        "quick",
-        "fsync",
-        "baseline_disk_mb_per_s",
-        "baseline_buffered_mb_per_s",
-        "baseline_direct_mb_per_s",
-        "written_mb_per_s",
-        "disk_ratio",
-    ] {
-        flat[key] = report[key].clone();
+    for (key, value) in report.as_object().expect("an object") {
+        flat[key] = value.clone();
     }
     print_result(args.json, &flat, || {
         println!(

@@ -1,5 +1,6 @@
 //! `dstl gc`: files no live manifest names, for the jobs the manifests name.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -42,7 +43,6 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
     let mut jobs = live.jobs.clone();
     jobs.extend(args.jobs.iter().cloned());
     let listing = dstl::gc::stored_files(&config, &jobs)?;
-    let referenced = &live.paths;
     let report = dstl::gc::classify(&listing, &live, args.grace, std::time::SystemTime::now())?;
     if report.referenced == 0
         && let Some(example) = live.paths.iter().next()
@@ -56,23 +56,15 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
             config.base_path
         );
     }
+    let list = |jobs: &BTreeSet<String>| Vec::from_iter(jobs.iter().map(String::as_str)).join(", ");
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "jobs collected: {}",
-        jobs.iter().cloned().collect::<Vec<_>>().join(", ")
-    )?;
+    writeln!(out, "jobs collected: {}", list(&jobs))?;
     if !listing.skipped_jobs.is_empty() {
         writeln!(
             out,
             "jobs skipped (no manifest in {} names them; pass --job ID to collect one): {}",
             args.manifests.display(),
-            listing
-                .skipped_jobs
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            list(&listing.skipped_jobs)
         )?;
     }
     for link in &listing.skipped_links {
@@ -99,7 +91,7 @@ pub(super) fn gc(args: GcArgs) -> anyhow::Result<()> {
         "{} files examined: {} referenced by {} live paths, {} held by an open storage (live lease), {} younger than the grace period, {} orphans ({bytes} bytes): {verdict}",
         report.examined,
         report.referenced,
-        referenced.len(),
+        live.paths.len(),
         report.leased,
         report.young,
         report.orphans.len()

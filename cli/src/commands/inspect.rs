@@ -29,20 +29,16 @@ pub(super) fn inspect(path: &Path, values: bool) -> anyhow::Result<()> {
     let mut offset = 0u64;
     let mut index = 0;
     while offset < logical.len() as u64 {
-        let mut reader = ChangeSetReader::new(&logical, offset).with_context(|| {
+        let corrupt = || {
             format!(
                 "{}: corrupt change set at logical offset {offset}",
                 path.display()
             )
-        })?;
+        };
+        let mut reader = ChangeSetReader::new(&logical, offset).with_context(corrupt)?;
         let mut groups: Vec<(i32, usize, u64)> = Vec::new();
         let mut lines = Vec::new();
-        while let Some(change) = reader.next_change().with_context(|| {
-            format!(
-                "{}: corrupt change set at logical offset {offset}",
-                path.display()
-            )
-        })? {
+        while let Some(change) = reader.next_change().with_context(corrupt)? {
             match groups.last_mut() {
                 Some(g) if g.0 == change.key_group => {
                     g.1 += 1;

@@ -77,7 +77,7 @@ pub(super) fn serve(address: SocketAddr) -> anyhow::Result<SocketAddr> {
 
 /// Answers one HTTP/1.x request: `GET /metrics` (or `HEAD`) gets the exposition, any
 /// other path 404, any other method 405. One request per connection.
-fn answer(stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
+fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut request = BufReader::new(stream.try_clone()?).take(MAX_REQUEST);
@@ -106,7 +106,6 @@ fn answer(stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
             "only GET and HEAD are served\n".to_string(),
         ),
     };
-    let mut stream = stream;
     write!(
         stream,
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

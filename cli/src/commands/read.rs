@@ -2,6 +2,7 @@
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
 use dstl::manifest::{Manifest, ManifestFile};
@@ -38,9 +39,6 @@ pub(super) fn read(path: &Path, digest: bool, local: bool, conf: &ConfArgs) -> a
     Ok(())
 }
 
-/// Where a reading thread leaves a snapshot's change count and digest.
-type Slot = std::sync::Mutex<Option<anyhow::Result<(u64, String)>>>;
-
 /// One snapshot to read: its name in the output, where it came from (for errors) and
 /// its handle.
 struct Snapshot {
@@ -57,18 +55,11 @@ pub(super) fn read_list(inputs: &[PathBuf], conf: &ConfArgs) -> anyhow::Result<(
     let mut snapshots = Vec::new();
     for input in inputs {
         if input.is_dir() {
-            let mut files = Vec::new();
-            for entry in std::fs::read_dir(input)
-                .with_context(|| format!("cannot read the directory {}", input.display()))?
-            {
-                let path = entry
-                    .with_context(|| format!("cannot read the directory {}", input.display()))?
-                    .path();
-                // A manifest being rewritten is `<writer>.json.tmp` until it is whole.
-                if path.extension().is_some_and(|e| e == "json") && path.is_file() {
-                    files.push(path);
-                }
-            }
+            let mut files: Vec<PathBuf> = std::fs::read_dir(input)
+                .and_then(|entries| entries.map(|e| e.map(|e| e.path())).collect())
+                .with_context(|| format!("cannot read the directory {}", input.display()))?;
+            // A manifest being rewritten is `<writer>.json.tmp` until it is whole.
+            files.retain(|path| path.extension().is_some_and(|e| e == "json") && path.is_file());
             if files.is_empty() {
                 anyhow::bail!(
                     "{} holds no manifest or handle list (no *.json file)",
@@ -85,36 +76,36 @@ pub(super) fn read_list(inputs: &[PathBuf], conf: &ConfArgs) -> anyhow::Result<(
     }
     // Snapshots are read on every core at once; the recovery cache lets them share files.
     let recovery = dstl::Recovery::new(&config);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<Slot> = snapshots.iter().map(|_| Default::default()).collect();
+    let read = |snapshot: &Snapshot| {
+        let mut digest = dstl::reader::Digest::default();
+        recovery
+            .visit(&snapshot.handle, &mut |key_group, value| {
+                digest.update(key_group, value)
+            })
+            .with_context(|| format!("{}: cannot read it", snapshot.origin))
+            .map(|()| digest.finish())
+    };
+    // Each thread takes the next snapshot nobody has taken, until none is left.
+    let next = AtomicUsize::new(0);
+    let take = || {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        snapshots.get(i).map(|snapshot| (i, read(snapshot)))
+    };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.min(snapshots.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(snapshot) = snapshots.get(i) else {
-                        return;
-                    };
-                    let mut digest = dstl::reader::Digest::default();
-                    let read = recovery
-                        .visit(&snapshot.handle, &mut |key_group, value| {
-                            digest.update(key_group, value)
-                        })
-                        .with_context(|| format!("{}: cannot read it", snapshot.origin))
-                        .map(|()| digest.finish());
-                    *results[i].lock().unwrap() = Some(read);
-                }
-            });
-        }
+    let mut results: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(snapshots.len()))
+            .map(|_| scope.spawn(|| std::iter::from_fn(&take).collect::<Vec<_>>()))
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
     });
+    results.sort_by_key(|(i, _)| *i);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    for (snapshot, result) in snapshots.iter().zip(results) {
-        let (changes, sha256) = result
-            .into_inner()
-            .unwrap()
-            .expect("every snapshot was read")?;
+    for (snapshot, (_, result)) in snapshots.iter().zip(results) {
+        let (changes, sha256) = result?;
         writeln!(out, "{}\t{changes}\t{sha256}", snapshot.name)?;
     }
     out.flush()?;
@@ -137,12 +128,10 @@ fn load(path: &Path, snapshots: &mut Vec<Snapshot>) -> anyhow::Result<()> {
     }
     let manifest: Manifest = serde_json::from_value(value)
         .with_context(|| format!("invalid manifest {}", path.display()))?;
-    let name = match &manifest.writer {
-        Some(writer) => writer.clone(),
-        None => path
-            .file_stem()
-            .map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
-    };
+    let name = manifest.writer.clone().unwrap_or_else(|| {
+        path.file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+    });
     snapshots.push(Snapshot {
         origin: format!("manifest {} ({name})", path.display()),
         name,

@@ -164,27 +164,24 @@ fn drive(
     signals: &Signals,
     appended: &std::sync::atomic::AtomicU64,
 ) -> anyhow::Result<workload::Summary> {
-    let bar = if args.json {
-        indicatif::ProgressBar::hidden()
-    } else if let Some(duration) = args.duration {
-        let bar = indicatif::ProgressBar::new_spinner().with_style(
-            indicatif::ProgressStyle::with_template(&format!(
+    let style = |template: &str| {
+        indicatif::ProgressStyle::with_template(template)
+            .expect("valid template")
+            .with_key("rate", average_rate)
+    };
+    let bar = match args.duration {
+        _ if args.json => indicatif::ProgressBar::hidden(),
+        Some(duration) => {
+            let bar = indicatif::ProgressBar::new_spinner().with_style(style(&format!(
                 "{{spinner}} [{{elapsed_precise}} of {}] {{human_pos}} changes ({{rate}})",
                 humanize(duration)
-            ))
-            .expect("valid template")
-            .with_key("rate", average_rate),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    } else {
-        indicatif::ProgressBar::new(args.changes).with_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} changes ({rate}, eta {eta})",
-            )
-            .expect("valid template")
-            .with_key("rate", average_rate),
-        )
+            )));
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        }
+        None => indicatif::ProgressBar::new(args.changes).with_style(style(
+            "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} changes ({rate}, eta {eta})",
+        )),
     };
     let progress = |n| {
         appended.fetch_max(n, Ordering::Relaxed);
@@ -241,7 +238,7 @@ fn print_summary(summary: &workload::Summary, change_size: usize, disposition: &
 /// nothing, when the text crossed the sandbox).
 fn failure(error: &anyhow::Error, files: &str, disposition: &Disposition) -> anyhow::Error {
     let text = dstl::describe(error.as_ref());
-    if is_disk_full(error) {
+    if is_disk_full(error.as_ref()) {
         anyhow::anyhow!("no space left on device in {files}: {text}; {disposition}")
     } else {
         anyhow::anyhow!("{text}; {disposition}")
@@ -252,34 +249,23 @@ fn failure(error: &anyhow::Error, files: &str, disposition: &Disposition) -> any
 /// anywhere in its chain, including the typed cause of an upload failure
 /// ([`dstl::UploadError::io_error_kind`]), also where a persist cites an earlier one
 /// (`WriterError::AlreadyFailed`), and of a setup failure (the lease, the job directory).
-fn is_disk_full(error: &anyhow::Error) -> bool {
-    error.chain().any(storage_full)
-}
-
-fn storage_full(error: &(dyn std::error::Error + 'static)) -> bool {
+fn is_disk_full(error: &(dyn std::error::Error + 'static)) -> bool {
     let full = std::io::ErrorKind::StorageFull;
-    let mut next = Some(error);
-    while let Some(cause) = next {
-        if cause
+    std::iter::successors(Some(error), |cause| cause.source()).any(|cause| {
+        cause
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == full)
-        {
-            return true;
-        }
-        match cause.downcast_ref::<dstl::Error>() {
-            Some(
-                dstl::Error::Upload { source, .. }
-                | dstl::Error::Writer {
-                    upload: Some(source),
-                    ..
-                },
-            ) if source.io_error_kind() == Some(full) => return true,
-            Some(setup) if setup.setup_cause().is_some_and(|c| storage_full(c)) => return true,
-            _ => {}
-        }
-        next = cause.source();
-    }
-    false
+            || cause
+                .downcast_ref::<dstl::Error>()
+                .is_some_and(|e| match e {
+                    dstl::Error::Upload { source, .. }
+                    | dstl::Error::Writer {
+                        upload: Some(source),
+                        ..
+                    } if source.io_error_kind() == Some(full) => true,
+                    _ => e.setup_cause().is_some_and(|c| is_disk_full(c)),
+                })
+    })
 }
 
 /// What became of a run's data.
@@ -420,9 +406,8 @@ impl RunData {
             if let Location::S3 { bucket, prefix } = config.location() {
                 // The whole job prefix: its files, and leases of storages open on it.
                 let job = [prefix.as_str(), config.job_id()]
-                    .iter()
+                    .into_iter()
                     .filter(|p| !p.is_empty())
-                    .copied()
                     .collect::<Vec<_>>()
                     .join("/");
                 let store = S3Store::open(&config.s3(), &bucket, &job, "")
@@ -564,12 +549,8 @@ fn rate(per_second: f64) -> String {
 /// it (indicatif's own `per_sec` is a recent, unrounded estimate).
 fn average_rate(state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write) {
     let seconds = state.elapsed().as_secs_f64();
-    let per_second = if seconds > 0.0 {
-        state.pos() as f64 / seconds
-    } else {
-        0.0
-    };
-    let _ = out.write_str(&rate(per_second));
+    let per_second = state.pos() as f64 / seconds;
+    let _ = out.write_str(&rate(if seconds > 0.0 { per_second } else { 0.0 }));
 }
 
 #[cfg(test)]

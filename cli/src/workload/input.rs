@@ -3,6 +3,8 @@
 //! the index in its first 8 bytes, and key group `index % key_groups`. Regenerable from
 //! the seed for verification.
 
+use std::ops::Range;
+
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -62,17 +64,40 @@ impl<'a> Changes<'a> {
         out[start..start + n].copy_from_slice(&tag[..n]);
     }
 
-    /// Appends change `index` to packed columns.
-    pub fn next_into(
-        &self,
-        index: u64,
-        key_groups: &mut Vec<i32>,
-        lengths: &mut Vec<u32>,
-        data: &mut Vec<u8>,
-    ) {
-        key_groups.push(self.key_group(index));
-        lengths.push(self.size as u32);
-        self.value_into(index, data);
+    /// Change `index`: its key group and value.
+    pub fn change(&self, index: u64) -> (i32, Vec<u8>) {
+        let mut value = Vec::with_capacity(self.size);
+        self.value_into(index, &mut value);
+        (self.key_group(index), value)
+    }
+}
+
+/// Changes as packed columns, the shape `append_batch` takes.
+#[derive(Default)]
+pub(crate) struct PackedBatch {
+    key_groups: Vec<i32>,
+    lengths: Vec<u32>,
+    data: Vec<u8>,
+}
+
+impl PackedBatch {
+    /// Packs changes `indexes` of `source` in place of the previous ones and appends them
+    /// to `writer` in one call.
+    pub fn append(
+        &mut self,
+        source: &Changes<'_>,
+        indexes: Range<u64>,
+        writer: &dstl::Writer,
+    ) -> Result<(), dstl::Error> {
+        self.key_groups.clear();
+        self.lengths.clear();
+        self.data.clear();
+        for index in indexes {
+            self.key_groups.push(source.key_group(index));
+            self.lengths.push(source.size as u32);
+            source.value_into(index, &mut self.data);
+        }
+        writer.append_batch(&self.key_groups, &self.lengths, &self.data)
     }
 }
 

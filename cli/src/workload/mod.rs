@@ -20,7 +20,7 @@ pub mod recovery;
 mod retention;
 
 pub use density::{Density, density};
-use input::{Changes, Pool};
+use input::{Changes, PackedBatch, Pool};
 pub use measure::{current_rss_mb, direct_baseline_mb_per_s, disk_baseline_mb_per_s, peak_rss_mb};
 use retention::Retention;
 
@@ -87,6 +87,33 @@ impl Workload {
             bail!("--change-size {} exceeds 64 MiB", self.change_size);
         }
         Ok(())
+    }
+
+    /// One of the standard benchmark workloads (BENCHMARKS.md) (`small`, `fanout`, `large`,
+    /// `small-z`); the compression flag is returned with it.
+    pub fn standard(name: &str, seed: u64) -> anyhow::Result<(Self, bool)> {
+        let (writers, changes, change_size, compression) = match name {
+            "small" => (1, 2_000_000, 100, false),
+            "fanout" => (8, 2_000_000, 100, false),
+            "large" => (1, 200_000, 4096, false),
+            "small-z" => (1, 2_000_000, 100, true),
+            _ => bail!("unknown workload `{name}`: expected small, fanout, large or small-z"),
+        };
+        Ok((
+            Self {
+                writers,
+                changes,
+                change_size,
+                key_groups: 128,
+                // 10,000 appends over all writers between checkpoints, as in the harness.
+                checkpoint_every: 10_000 / writers as u64,
+                seed,
+                manifests: None,
+                delete_subsumed: false,
+                max_pending_checkpoints: None,
+            },
+            compression,
+        ))
     }
 }
 
@@ -156,27 +183,18 @@ pub fn run(
     run_stoppable(storage, workload, None, &|| false, progress)
 }
 
-/// Like [`run`], but every writer appends until `duration` has passed (wall-clock time)
-/// instead of stopping after `workload.changes`, which is ignored; then each takes its
-/// final checkpoint as usual. The summary counts the changes actually appended.
-pub fn run_for(
-    storage: &ChangelogStorage,
-    workload: &Workload,
-    duration: Duration,
-    progress: &(dyn Fn(u64) + Sync),
-) -> anyhow::Result<Summary> {
-    run_stoppable(storage, workload, Some(duration), &|| false, progress)
-}
-
-/// Like [`run`] (or [`run_for`] when `duration` is given), but every writer also asks
-/// `stop` between batches of appends. Once it says yes, the writers stop appending, take
-/// no final checkpoint and close, failing their pending persists, and the run fails with
-/// [`Stopped`] at once, without waiting for uploads in flight (closing the storage bounds
-/// those). Checkpoints confirmed before that stay confirmed, and their manifests written.
+/// Like [`run`], but every writer also asks `stop` between batches of appends, and with a
+/// `duration` it appends until that has passed (wall-clock time) instead of stopping
+/// after `workload.changes`, which is ignored; then each takes its final checkpoint as
+/// usual, and the summary counts the changes actually appended. Once `stop` says yes,
+/// the writers stop appending, take no final checkpoint and close, failing their pending
+/// persists, and the run fails with [`Stopped`] at once, without waiting for uploads in
+/// flight (closing the storage bounds those). Checkpoints confirmed before that stay
+/// confirmed, and their manifests written.
 ///
-/// This is the run behind [`run`] and [`run_for`] too. The first writer to fail stops the
-/// others the same way `stop` does: the run has failed, and writers that went on
-/// appending would only add files (on a full disk, failures) nobody reads.
+/// This is the run behind [`run`] too. The first writer to fail stops the others the
+/// same way `stop` does: the run has failed, and writers that went on appending would
+/// only add files (on a full disk, failures) nobody reads.
 pub fn run_stoppable(
     storage: &ChangelogStorage,
     workload: &Workload,
@@ -375,22 +393,6 @@ impl Subsumption<'_> {
 /// Appends per batch call: large enough to amortize the call into the sandbox.
 const BATCH: u64 = 512;
 
-/// Changes as packed columns, the shape `append_batch` takes.
-#[derive(Default)]
-struct PackedBatch {
-    key_groups: Vec<i32>,
-    lengths: Vec<u32>,
-    data: Vec<u8>,
-}
-
-impl PackedBatch {
-    fn clear(&mut self) {
-        self.key_groups.clear();
-        self.lengths.clear();
-        self.data.clear();
-    }
-}
-
 /// A persist in flight, confirmed when it completes.
 struct Pending {
     future: dstl::PersistFuture,
@@ -537,18 +539,7 @@ fn run_writer(
             Some(n) => n,
         };
         let n = BATCH.min(changes - done).min(until_checkpoint);
-        batch.clear();
-        for i in done..done + n {
-            source.next_into(
-                i,
-                &mut batch.key_groups,
-                &mut batch.lengths,
-                &mut batch.data,
-            );
-        }
-        operator
-            .writer
-            .append_batch(&batch.key_groups, &batch.lengths, &batch.data)?;
+        batch.append(&source, done..done + n, &operator.writer)?;
         done += n;
         since_checkpoint += n;
         progress(n);
@@ -607,13 +598,16 @@ pub fn expected_changes(
 ) -> Vec<(i32, Vec<u8>)> {
     let pool = Pool::new(workload.seed, workload.change_size);
     let source = Changes::new(&pool, index, workload.key_groups, workload.change_size);
-    (from..to)
-        .map(|i| {
-            let mut value = Vec::with_capacity(workload.change_size);
-            source.value_into(i, &mut value);
-            (source.key_group(i), value)
-        })
-        .collect()
+    (from..to).map(|i| source.change(i)).collect()
+}
+
+/// Values by key group, each group's in the order given.
+fn by_key_group(changes: impl IntoIterator<Item = (i32, Vec<u8>)>) -> BTreeMap<i32, Vec<Vec<u8>>> {
+    let mut grouped: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    for (key_group, value) in changes {
+        grouped.entry(key_group).or_default().push(value);
+    }
+    grouped
 }
 
 /// Regenerates the writer's changes `[from, to)` from the seed and compares them with
@@ -627,51 +621,13 @@ fn verify(
     from: u64,
     to: u64,
 ) -> anyhow::Result<()> {
-    let mut want: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-    for (key_group, value) in expected_changes(workload, index, from, to) {
-        want.entry(key_group).or_default().push(value);
-    }
+    let want = by_key_group(expected_changes(workload, index, from, to));
     let changes = storage.read(&snapshot.remote)?;
-    let mut got: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
-    for change in changes.iter() {
-        got.entry(change.key_group)
-            .or_default()
-            .push(change.value.clone());
-    }
-    if want != got {
+    if want != by_key_group(changes.iter().map(|c| (c.key_group, c.value.clone()))) {
         bail!(
             "verification failed: the last checkpoint of op-{index} read back {} changes but changes {from}..{to} were appended, or their bytes differ",
             changes.len(),
         );
     }
     Ok(())
-}
-
-impl Workload {
-    /// One of the standard benchmark workloads (BENCHMARKS.md) (`small`, `fanout`, `large`,
-    /// `small-z`); the compression flag is returned with it.
-    pub fn standard(name: &str, seed: u64) -> anyhow::Result<(Self, bool)> {
-        let (writers, changes, change_size, compression) = match name {
-            "small" => (1, 2_000_000, 100, false),
-            "fanout" => (8, 2_000_000, 100, false),
-            "large" => (1, 200_000, 4096, false),
-            "small-z" => (1, 2_000_000, 100, true),
-            _ => bail!("unknown workload `{name}`: expected small, fanout, large or small-z"),
-        };
-        Ok((
-            Self {
-                writers,
-                changes,
-                change_size,
-                key_groups: 128,
-                // 10,000 appends over all writers between checkpoints, as in the harness.
-                checkpoint_every: 10_000 / writers as u64,
-                seed,
-                manifests: None,
-                delete_subsumed: false,
-                max_pending_checkpoints: None,
-            },
-            compression,
-        ))
-    }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use super::input::{Changes, Pool};
+use super::input::{Changes, PackedBatch, Pool};
 use dstl::recovery::reader::{digest, read_handle};
 use dstl::store::FileSource;
 use dstl::{ChangelogHandle, ChangelogStorage, KeyGroupRange};
@@ -120,21 +120,13 @@ fn write_one(
     let source = Changes::new(pool, index, key_groups, workload.change_size);
     let mut snapshots = Vec::new();
     let mut appended: Vec<(i32, Vec<u8>)> = Vec::new();
-    let (mut key_groups_col, mut lengths, mut data) = (Vec::new(), Vec::new(), Vec::new());
+    let mut batch = PackedBatch::default();
     let mut done = 0;
     let mut checkpoint = 0i64;
     while done < workload.changes {
         let n = workload.checkpoint_every.min(workload.changes - done);
-        key_groups_col.clear();
-        lengths.clear();
-        data.clear();
-        for i in done..done + n {
-            source.next_into(i, &mut key_groups_col, &mut lengths, &mut data);
-            let mut value = Vec::new();
-            source.value_into(i, &mut value);
-            appended.push((source.key_group(i), value));
-        }
-        writer.append_batch(&key_groups_col, &lengths, &data)?;
+        appended.extend((done..done + n).map(|i| source.change(i)));
+        batch.append(&source, done..done + n, &writer)?;
         done += n;
         checkpoint += 1;
         let to = writer.next_sequence_number()?;
