@@ -2,6 +2,28 @@
 //! `FsStateChangelogWriter` (ARCHITECTURE.md, "Writer semantics"), minus its known holes
 //! ("Where dstl differs from Flink", cited below as F1–F15).
 //!
+//! The kinds of methods, as in quinn-proto's `Connection`:
+//!
+//! - **inputs**: the caller's calls ([`Writer::append`], [`Writer::append_batch`],
+//!   [`Writer::append_meta`], [`Writer::next_sequence_number`], [`Writer::persist`],
+//!   [`Writer::truncate`], [`Writer::confirm`], [`Writer::reset`],
+//!   [`Writer::truncate_and_close`], [`Writer::close`]) and the uploader's outcomes
+//!   ([`Writer::on_upload_succeeded`], [`Writer::on_upload_failed`]);
+//! - **outputs**: each input's return value (a persist's reply, the persists an outcome or
+//!   a close completed, or a typed [`WriterError`]), and the effects it hands to the
+//!   [`Effects`] sink during the call: uploads to schedule, files to release or stop
+//!   tracking, local copies to register or discard, log lines. The sink answers only
+//!   whether the uploader accepted a task (a typed [`Refusal`] fails the persist at once)
+//!   and which local copies a discard deleted;
+//! - **timers**: none. The writer reads no clock: the pre-emptive persist is driven by
+//!   bytes, and the host's scheduler owns the persist delay and retries;
+//! - **queries**: [`Writer::config`], [`Writer::initial_sequence_number`],
+//!   [`Writer::is_closed`], [`Writer::open_bytes`], [`Writer::active_sequence_number`].
+//!
+//! A host drives it through the component, an export call per input, except that the
+//! `persist` export first appends the changes a host buffered: a persist is one call
+//! into the sandbox, and so is the delivery of an upload's outcome.
+//!
 //! Every effect goes through [`Effects`]; the component implements it with host imports,
 //! unit tests with a recording fake. Nothing here reads a clock, spawns or does I/O.
 
