@@ -503,8 +503,8 @@ export class Writer {
   }
 
   #flush() {
-    if (this.#buffer.count === 0) return;
     const batch = this.#takeBuffer();
+    if (batch === NO_CHANGES) return;
     this.#invoke((live) => this.#appendBatchCall(live, batch.keyGroups, batch.lengths, batch.data));
   }
 

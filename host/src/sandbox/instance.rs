@@ -23,8 +23,9 @@ use crate::registry::WriterId;
 use crate::services::Services;
 use crate::upload::UploadOutcome;
 
-/// Changes as packed columns, as `append-batch` and `persist` take them: `lengths[i]` bytes of `data` belong to `key_groups[i]`.
-#[derive(Clone, Copy, Default)]
+/// Changes as packed columns, as `append-batch` and `persist` take them: `lengths[i]`
+/// bytes of `data` belong to `key_groups[i]`.
+#[derive(Clone, Copy)]
 pub(crate) struct Packed<'a> {
     pub key_groups: &'a [i32],
     pub lengths: &'a [u32],
