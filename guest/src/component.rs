@@ -2,6 +2,7 @@
 //! implements the writer's [`Effects`] with the host's imports.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use dstl_proto::codec;
 use dstl_proto::read;
@@ -25,10 +26,13 @@ use exports::dstl::changelog::writer::{Guest as WriterGuest, GuestWriter};
 
 struct Component;
 
-/// The host's imports as the writer's effects.
-struct HostEffects;
+/// The host's imports as the writer's effects, and the blocks the writer's host reads
+/// in place (by upload task): they stay here, untouched, until the host returns them.
+struct HostEffects<'a> {
+    lent: &'a mut HashMap<u64, Vec<domain::ChangeSetBlock<codec::Block>>>,
+}
 
-impl Effects for HostEffects {
+impl Effects for HostEffects<'_> {
     fn schedule(
         &mut self,
         task: domain::UploadTask<codec::Block>,
@@ -44,12 +48,18 @@ impl Effects for HostEffects {
                 pieces,
             })
             .collect();
-        uploader::schedule(wit::UploadTask {
+        let lent = uploader::schedule(wit::UploadTask {
             id: task.id,
             change_sets: &change_sets,
             preemptive: task.preemptive,
         })
-        .map_err(from_wit_refusal)
+        .map_err(from_wit_refusal)?;
+        if lent {
+            drop(change_sets);
+            drop(pieces);
+            self.lent.insert(task.id, task.change_sets);
+        }
+        Ok(())
     }
 
     fn release(&mut self, handle: &domain::StreamHandle) {
@@ -84,23 +94,39 @@ dstl_proto::wit_conversions!(wit);
 
 /// The exported resource. A constructor cannot fail in WIT, so a bad configuration is
 /// kept and reported by every call.
-struct WriterResource(RefCell<Result<Writer, domain::WriterError>>);
+struct WriterResource {
+    writer: RefCell<Result<Writer, domain::WriterError>>,
+    /// Blocks the host reads in place, by task (see `uploader.schedule`).
+    lent: RefCell<HashMap<u64, Vec<domain::ChangeSetBlock<codec::Block>>>>,
+}
 
 impl WriterResource {
     fn with<R>(
         &self,
         f: impl FnOnce(&mut Writer, &mut HostEffects) -> Result<R, domain::WriterError>,
     ) -> Result<R, wit::WriterError> {
-        match &mut *self.0.borrow_mut() {
-            Ok(writer) => f(writer, &mut HostEffects).map_err(to_wit_error),
+        let mut lent = self.lent.borrow_mut();
+        match &mut *self.writer.borrow_mut() {
+            Ok(writer) => f(writer, &mut HostEffects { lent: &mut lent }).map_err(to_wit_error),
             Err(e) => Err(to_wit_error(e.clone())),
+        }
+    }
+
+    /// The host no longer reads the blocks of these tasks.
+    fn give_back(&self, returned: Vec<u64>) {
+        let mut lent = self.lent.borrow_mut();
+        for task in returned {
+            lent.remove(&task);
         }
     }
 }
 
 impl GuestWriter for WriterResource {
     fn new(config: wit::WriterConfig) -> Self {
-        Self(RefCell::new(Writer::new(from_wit_config(config))))
+        Self {
+            writer: RefCell::new(Writer::new(from_wit_config(config))),
+            lent: RefCell::default(),
+        }
     }
 
     fn append(&self, key_group: i32, value: Vec<u8>) -> Result<(), wit::WriterError> {
@@ -177,14 +203,17 @@ impl GuestWriter for WriterResource {
         &self,
         task: u64,
         results: Vec<wit::UploadResult>,
+        returned: Vec<u64>,
     ) -> Vec<wit::PersistCompletion> {
+        self.give_back(returned);
         let results = results.into_iter().map(from_wit_result).collect();
         self.with(|wr, fx| Ok(wr.on_upload_succeeded(fx, task, results)))
             .map(to_wit_completions)
             .unwrap_or_default()
     }
 
-    fn on_upload_failed(&self, task: u64) -> Vec<wit::PersistCompletion> {
+    fn on_upload_failed(&self, task: u64, returned: Vec<u64>) -> Vec<wit::PersistCompletion> {
+        self.give_back(returned);
         self.with(|wr, fx| Ok(wr.on_upload_failed(fx, task)))
             .map(to_wit_completions)
             .unwrap_or_default()

@@ -184,9 +184,11 @@ export class Writer {
             // scheduler, it fails this writer alone once the call returns (a
             // `TrappedError`); the guest is told nothing, its state dies with it.
             this.#fault ??= `the host's schedule import failed: ${e?.message ?? e}`;
-            return;
+            return false;
           }
-          if (refusal === null) return;
+          // false: the pieces were copied out (jco's lifting copies every list), so the
+          // guest may let its blocks go at once.
+          if (refusal === null) return false;
           // jco turns a thrown non-Error value into the `err` case of the result: the
           // WIT `refusal` enum, which the guest words (`upload-failed`, `refused`).
           throw refusal;
@@ -653,12 +655,13 @@ export class Writer {
         this.#invoke((live) => {
           if (letter.kind === 'succeeded') {
             this.#holdings.add(letter.results);
-            this.#resolve(live.resource.onUploadSucceeded(letter.task, letter.results));
+            // No task to return: this host copies every block out (`schedule` says false).
+            this.#resolve(live.resource.onUploadSucceeded(letter.task, letter.results, []));
           } else {
             // Why is the host's: kept for the errors that name the task.
             this.#uploadFailures.push([BigInt(letter.task), String(letter.cause)]);
             if (this.#uploadFailures.length > UPLOAD_FAILURES_KEPT) this.#uploadFailures.shift();
-            this.#resolve(live.resource.onUploadFailed(letter.task));
+            this.#resolve(live.resource.onUploadFailed(letter.task, []));
           }
         });
       } catch {

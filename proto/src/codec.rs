@@ -431,13 +431,18 @@ impl<W: Write> FileWriter<W> {
     }
 
     /// Appends one encoded change-set block and returns its logical offset.
-    pub fn write_block(&mut self, block: &[u8]) -> std::io::Result<u64> {
+    pub fn write_block<'p>(
+        &mut self,
+        pieces: impl IntoIterator<Item = &'p [u8]>,
+    ) -> std::io::Result<u64> {
         let offset = self.position;
-        match &mut self.body {
-            Body::Plain(w) => w.write_all(block)?,
-            Body::Snappy(w) => w.write_all(block)?,
+        for piece in pieces {
+            match &mut self.body {
+                Body::Plain(w) => w.write_all(piece)?,
+                Body::Snappy(w) => w.write_all(piece)?,
+            }
+            self.position += piece.len() as u64;
         }
-        self.position += block.len() as u64;
         Ok(offset)
     }
 
@@ -463,16 +468,23 @@ impl<W: Write> FileWriter<W> {
     }
 }
 
-/// An uncompressed file holding `blocks`, as parts to write one after the other (the
-/// flag byte, then every block as it is, so nothing is copied), with each block's
-/// logical offset and the logical length.
-pub fn plain_file<'a>(
-    blocks: impl IntoIterator<Item = &'a [u8]>,
+/// An uncompressed file holding `blocks`, each given as its pieces in order, as parts to
+/// write one after the other (the flag byte, then every piece as it is, so nothing is
+/// copied), with each block's logical offset and the logical length.
+pub fn plain_file<'a, B: IntoIterator<Item = &'a [u8]>>(
+    blocks: impl IntoIterator<Item = B>,
 ) -> (Vec<&'a [u8]>, Vec<u64>, u64) {
     let mut parts: Vec<&'a [u8]> = vec![&[FLAG_PLAIN]];
-    parts.extend(blocks);
-    let (_, offsets, logical_size) = plain_layout(parts[1..].iter().map(|b| b.len() as u64));
-    (parts, offsets, logical_size)
+    let mut offsets = Vec::new();
+    let mut position = 0u64;
+    for block in blocks {
+        offsets.push(position);
+        for piece in block {
+            position += piece.len() as u64;
+            parts.push(piece);
+        }
+    }
+    (parts, offsets, position)
 }
 
 /// The layout of an uncompressed file of blocks with these sizes: the header to write
@@ -653,20 +665,134 @@ impl Iterator for ChangeSetReader<'_> {
     }
 }
 
-/// The payload (the sum of the value lengths) of `block`, which must be exactly one
-/// well-formed change-set block: what a host counts against its limits instead of the
-/// size a writer claims for the block.
-pub fn block_payload(block: &[u8]) -> Result<u64, FormatError> {
-    let mut reader = ChangeSetReader::new(block, 0)?;
+/// The payload (the sum of the value lengths) of the block that `pieces` make when put
+/// together, which must be exactly one well-formed change-set block: what a host counts
+/// against its limits instead of the size a writer claims for the block. The pieces are
+/// read where they lie (a host checks a block in a sandbox's memory without joining it);
+/// errors name positions in the joined block, as [`ChangeSetReader`]'s do.
+pub fn block_payload(pieces: &[&[u8]]) -> Result<u64, FormatError> {
+    let mut input = Pieces::new(pieces);
+    let groups = input.read_count("group count", 8)?;
     let mut payload = 0u64;
-    while let Some((_, value)) = reader.next_borrowed()? {
-        // A value is never longer than the block that holds it, so this cannot wrap.
-        payload += value.len() as u64;
+    for _ in 0..groups {
+        let changes = input.read_count("change count", 4)?;
+        let key_group = input.read_i32()?;
+        if key_group < META_KEY_GROUP {
+            return Err(FormatError::InvalidField {
+                what: "key group",
+                value: key_group as i64,
+                position: input.position - 4,
+            });
+        }
+        for _ in 0..changes {
+            let position = input.position;
+            let len = input.read_i32()?;
+            if len < 0 {
+                return Err(FormatError::InvalidField {
+                    what: "value length",
+                    value: len as i64,
+                    position,
+                });
+            }
+            input.skip(len as u64)?;
+            payload += len as u64;
+        }
     }
-    let end = reader.position();
-    match block.len() as u64 - end {
+    match input.remaining() {
         0 => Ok(payload),
-        extra => Err(FormatError::TrailingBytes { end, extra }),
+        extra => Err(FormatError::TrailingBytes {
+            end: input.position,
+            extra,
+        }),
+    }
+}
+
+/// Byte pieces read front to back as if they were joined.
+struct Pieces<'a> {
+    pieces: &'a [&'a [u8]],
+    /// The piece being read, and the position in it.
+    piece: usize,
+    at: usize,
+    /// Position in the joined bytes.
+    position: u64,
+    len: u64,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(pieces: &'a [&'a [u8]]) -> Self {
+        Self {
+            pieces,
+            piece: 0,
+            at: 0,
+            position: 0,
+            len: pieces.iter().map(|p| p.len() as u64).sum(),
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        self.len - self.position
+    }
+
+    /// Moves `n` bytes on; the caller has checked that they remain.
+    fn advance(&mut self, mut n: usize) {
+        self.position += n as u64;
+        while n > 0 {
+            let left = self.pieces[self.piece].len() - self.at;
+            if n < left {
+                self.at += n;
+                return;
+            }
+            n -= left;
+            self.piece += 1;
+            self.at = 0;
+        }
+    }
+
+    fn truncated(&self, needed: u64) -> FormatError {
+        FormatError::Truncated {
+            position: self.position,
+            needed,
+            available: self.remaining(),
+        }
+    }
+
+    fn read_i32(&mut self) -> Result<i32, FormatError> {
+        if self.remaining() < 4 {
+            return Err(self.truncated(4));
+        }
+        let mut bytes = [0u8; 4];
+        for byte in &mut bytes {
+            while self.at == self.pieces[self.piece].len() {
+                self.piece += 1;
+                self.at = 0;
+            }
+            *byte = self.pieces[self.piece][self.at];
+            self.advance(1);
+        }
+        Ok(i32::from_be_bytes(bytes))
+    }
+
+    /// As [`ChangeSetReader`]'s: a count whose every unit needs at least `min_unit` more
+    /// bytes than remain is refused before anything is sized by it.
+    fn read_count(&mut self, what: &'static str, min_unit: u64) -> Result<u32, FormatError> {
+        let position = self.position;
+        let value = self.read_i32()?;
+        if value < 0 || (value as u64).saturating_mul(min_unit) > self.remaining() {
+            return Err(FormatError::InvalidField {
+                what,
+                value: value as i64,
+                position,
+            });
+        }
+        Ok(value as u32)
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), FormatError> {
+        if n > self.remaining() {
+            return Err(self.truncated(n));
+        }
+        self.advance(n as usize);
+        Ok(())
     }
 }
 
@@ -680,7 +806,7 @@ pub fn encode_file(blocks: &[Vec<u8>], compression: bool) -> std::io::Result<(Ve
     let mut writer = FileWriter::new(Vec::new(), compression)?;
     let offsets = blocks
         .iter()
-        .map(|b| writer.write_block(b))
+        .map(|b| writer.write_block([b.as_slice()]))
         .collect::<std::io::Result<Vec<_>>>()?;
     Ok((writer.finish()?, offsets))
 }
@@ -723,7 +849,7 @@ mod tests {
     #[test]
     fn plain_parts_match_the_written_file() {
         let blocks = example_blocks();
-        let (parts, offsets, logical) = plain_file(blocks.iter().map(Vec::as_slice));
+        let (parts, offsets, logical) = plain_file(blocks.iter().map(|b| [b.as_slice()]));
         assert_eq!(parts.concat(), EXAMPLE_PLAIN);
         assert_eq!((offsets, logical), (vec![0, 49], 67));
     }
@@ -826,23 +952,46 @@ mod tests {
     #[test]
     fn block_payload_counts_values_and_refuses_anything_but_one_block() {
         let block = encode_change_set([(3, &b"abc"[..]), (-1, b""), (3, b"de")]);
-        assert_eq!(block_payload(&block), Ok(5));
-        assert_eq!(block_payload(&encode_change_set([])), Ok(0));
+        assert_eq!(block_payload(&[&block]), Ok(5));
+        assert_eq!(
+            block_payload(&[&block[..3], &[], &block[3..9], &block[9..]]),
+            Ok(5)
+        );
+        assert_eq!(block_payload(&[&encode_change_set([])]), Ok(0));
         let mut trailing = block.clone();
         trailing.push(0);
         assert_eq!(
-            block_payload(&trailing),
+            block_payload(&[&trailing]),
             Err(FormatError::TrailingBytes {
                 end: block.len() as u64,
                 extra: 1
             })
         );
         assert!(matches!(
-            block_payload(&block[..block.len() - 1]),
+            block_payload(&[&block[..block.len() - 1]]),
             Err(FormatError::Truncated { .. })
         ));
         assert!(block_payload(&[]).is_err());
-        assert!(block_payload(&[0; 4096]).is_err(), "zeros are not a block");
+        assert!(
+            block_payload(&[&[0; 4096]]).is_err(),
+            "zeros are not a block"
+        );
+    }
+
+    /// The payload of one block by [`ChangeSetReader`], the reader of files.
+    fn reader_payload(block: &[u8]) -> Result<u64, FormatError> {
+        let mut reader = ChangeSetReader::new(block, 0)?;
+        let mut payload = 0u64;
+        while let Some((_, value)) = reader.next_borrowed()? {
+            payload += value.len() as u64;
+        }
+        match block.len() as u64 - reader.position() {
+            0 => Ok(payload),
+            extra => Err(FormatError::TrailingBytes {
+                end: reader.position(),
+                extra,
+            }),
+        }
     }
 
     /// A builder holding `changes`: the first `split` pushed one by one (copied), the rest
@@ -876,7 +1025,34 @@ mod tests {
                 let _ = decode_change_set(&logical, offset);
             }
             let _ = decode_change_set(&bytes, offset);
-            let _ = block_payload(&bytes);
+            let _ = block_payload(&[&bytes]);
+        }
+
+        /// Checking a block in pieces gives the reader's verdict on the joined bytes:
+        /// the same payload, or the same error at the same position.
+        #[test]
+        fn block_payload_in_pieces_agrees_with_the_reader(
+            changes in proptest::collection::vec((-2i32..5, 0usize..20), 0..12),
+            corrupt in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            cut in 0usize..4,
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+        ) {
+            let values: Vec<(i32, Vec<u8>)> = changes.iter().map(|&(k, n)| (k.max(-1), vec![7; n])).collect();
+            let mut block = encode_change_set(values.iter().map(|(k, v)| (*k, &v[..])));
+            if let Some((at, byte)) = corrupt {
+                let at = at.index(block.len());
+                block[at] = byte;
+            }
+            block.truncate(block.len() - cut.min(block.len()));
+            let mut bounds: Vec<usize> = cuts.iter().map(|i| i.index(block.len() + 1)).collect();
+            bounds.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for b in bounds.into_iter().chain([block.len()]) {
+                pieces.push(&block[from..b]);
+                from = b;
+            }
+            prop_assert_eq!(block_payload(&pieces), reader_payload(&block));
         }
 
         /// Values handed over as shared segments, copied one by one, or both, and key
@@ -895,7 +1071,7 @@ mod tests {
             let mut builder = builder_of(&changes, split, 1);
             prop_assert_eq!(builder.payload_size(), changes.iter().map(|c| c.1.len() as u64).sum::<u64>());
             let encoded = builder.encode();
-            prop_assert_eq!(block_payload(&encoded), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
+            prop_assert_eq!(block_payload(&[&encoded]), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
             prop_assert_eq!(encoded, copied);
             prop_assert!(builder.is_empty());
         }

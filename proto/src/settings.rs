@@ -401,8 +401,9 @@ settings! {
         parse: size(),
         default: 10 << 20,
     }
-    /// Write buffer of one upload to a local directory: change-set blocks are gathered
-    /// into writes of this size. An object store receives a file in one request.
+    /// Bytes of one write of an upload to a local directory: the blocks' pieces go
+    /// into the file in `writev` calls of about this size, from where they lie. An
+    /// object store receives a file in one request.
     UploadBufferSize(u64) upload_buffer_size {
         key: "dstl.dfs.upload.buffer-size",
         parse: bytes(1, i32::MAX as u64, "a size from 1 byte to 2147483647 bytes"),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use dstl::manifest::ManifestFile;
 use dstl::{ChangelogStorage, Error, TrapKind, WriterError, WriterOptions};
 use dstl_tests::harness::{
-    RANGE, break_dir, by_key_group, changes, files, open_temp, path_strings, upload_error,
+    RANGE, break_dir, by_key_group, changes, files, open_temp, path_strings, payloads, upload_error,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -379,4 +379,119 @@ fn a_persist_is_one_call_into_the_sandbox_with_the_buffered_appends() {
             (1, b"ccc".to_vec())
         ]
     );
+}
+
+// ---- blocks lent to uploads (ARCHITECTURE.md, "What a persist crosses") ----
+
+/// A value of `len` bytes that names `i`.
+fn numbered(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// The host writes a persist's blocks from where they lie in the writer's sandbox, while
+/// they wait in their batch: the writer appending on (into whatever memory it is free to
+/// reuse) must not change what lands in the file.
+#[test]
+fn blocks_lent_to_an_upload_stay_as_they_were_while_the_writer_moves_on() {
+    let (_tmp, storage) = open_temp(&["dstl.dfs.batch.persist-delay=300ms"]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    // Large values are lent in pieces of their own; small ones in the block's headers.
+    let appended: Vec<(i32, Vec<u8>)> = (0..64u32)
+        .map(|i| {
+            (
+                (i % 4) as i32,
+                numbered(i, if i % 2 == 0 { 5000 } else { 100 }),
+            )
+        })
+        .collect();
+    for (key_group, value) in &appended {
+        w.append(*key_group, value).unwrap();
+    }
+    let pending = w.persist(0, 1).unwrap();
+    for _ in 0..8 {
+        for i in 0..64 {
+            w.append(i % 4, &vec![0xEE; if i % 2 == 0 { 5000 } else { 100 }])
+                .unwrap();
+        }
+        w.next_sequence_number().unwrap();
+    }
+    let snapshot = pending.wait().unwrap();
+    assert_eq!(
+        by_key_group(changes(&storage, &snapshot.remote)),
+        by_key_group(appended)
+    );
+}
+
+/// A writer dropped while its blocks wait in a batch with another writer's: the file is
+/// written from its sandbox's memory all the same (the sandbox lives on until then), and
+/// the other writer's change sets read back.
+#[test]
+fn a_writer_dropped_with_lent_blocks_on_their_way_leaves_the_file_whole() {
+    let (_tmp, storage) = open_temp(&["dstl.dfs.batch.persist-delay=300ms"]);
+    let gone = storage.create_writer("gone", RANGE).unwrap();
+    let stays = storage.create_writer("stays", RANGE).unwrap();
+    for i in 0..16 {
+        gone.append(0, &numbered(i, 3000)).unwrap();
+        stays.append(1, &numbered(i + 100, 3000)).unwrap();
+    }
+    let lost = gone.persist(0, 1).unwrap();
+    let kept = stays.persist(0, 1).unwrap();
+    drop(gone);
+    drop(lost);
+    let snapshot = kept.wait().unwrap();
+    let expected: Vec<(i32, Vec<u8>)> = (0..16).map(|i| (1, numbered(i + 100, 3000))).collect();
+    assert_eq!(changes(&storage, &snapshot.remote), expected);
+    // The file holds the dropped writer's block too, whole.
+    let file = std::fs::read(&snapshot.remote.entries[0].handle.path).unwrap();
+    let logical = dstl_proto::codec::logical_bytes(&file).unwrap();
+    let mut offset = 0;
+    let mut all = Vec::new();
+    while offset < logical.len() as u64 {
+        let mut reader = dstl_proto::codec::ChangeSetReader::new(&logical, offset).unwrap();
+        while let Some((key_group, value)) = reader.next_borrowed().unwrap() {
+            all.push((key_group, value.to_vec()));
+        }
+        offset = reader.position();
+    }
+    let mut dropped: Vec<(i32, Vec<u8>)> = (0..16).map(|i| (0, numbered(i, 3000))).collect();
+    dropped.extend(expected);
+    assert_eq!(by_key_group(all), by_key_group(dropped));
+}
+
+/// Past a quarter of its memory cap a writer's blocks are copied out instead of lent;
+/// either way every persist reads back.
+#[test]
+fn blocks_past_the_lending_bound_are_copied_and_read_back_alike() {
+    let (_tmp, storage) = open_temp(&[
+        "dstl.writer.memory-limit=4mb",
+        "dstl.dfs.batch.persist-delay=200ms",
+    ]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let mut pending = Vec::new();
+    let mut from = 0;
+    for checkpoint in 0..6u32 {
+        // 400 KB a persist: the third one in flight passes 1 MB lent.
+        let values: Vec<Vec<u8>> = (0..100)
+            .map(|i| numbered(checkpoint * 100 + i, 4000))
+            .collect();
+        for value in &values {
+            w.append(2, value).unwrap();
+        }
+        pending.push((
+            w.persist(from, checkpoint as i64 + 1).unwrap(),
+            from,
+            values,
+        ));
+        from = w.next_sequence_number().unwrap();
+    }
+    for (persist, from, values) in pending {
+        let snapshot = persist.wait().unwrap();
+        let got = payloads(&storage, &snapshot.remote);
+        // Each persist covers every change set from `from`: its own values come last.
+        assert_eq!(
+            got[got.len() - values.len()..],
+            values[..],
+            "persist from {from}"
+        );
+    }
 }

@@ -11,6 +11,7 @@ use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::lease::Keeper;
 use crate::registry::WriterId;
 use crate::services::Services;
 use crate::upload::OutcomeSink;
@@ -38,9 +39,13 @@ pub(crate) struct WriterCtx {
     pub clock: CallClock,
     /// `dstl_writer_preemptive_uploads_total` of this writer.
     preemptive_uploads: metrics::Counter,
+    /// Keeps this sandbox's memory for the blocks lent from it (taken out when the
+    /// instance is dropped, see `Instance`'s `Drop`).
+    pub keeper: Option<Arc<Keeper>>,
 }
 
 /// What ties a sandbox to the writer around it.
+#[derive(Clone)]
 pub(crate) struct WriterLinks {
     /// The writer's mailbox.
     pub sink: Weak<dyn OutcomeSink>,
@@ -82,6 +87,7 @@ impl WriterCtx {
             holdings: Holdings::default(),
             clock: CallClock::new(call_timeout),
             preemptive_uploads,
+            keeper: Some(Arc::default()),
         }
     }
 

@@ -121,6 +121,9 @@ impl Runtime {
         // Off, no signal handler is installed and out-of-bounds accesses are caught by
         // explicit checks; a host process with handlers of its own (a JVM) keeps them.
         config.signals_based_traps(signals_based_traps);
+        // Uploads write blocks from where they lie in a guest's memory (`lease`): a
+        // memory must never move, so growth happens in its pool slot or fails.
+        config.memory_may_move(false);
         if !signals_based_traps {
             // Bounds are checked explicitly either way, so guard regions buy nothing:
             // reserve each memory at its limit only. The pool then reserves `max_writers`

@@ -2,6 +2,8 @@
 //! and logging. The guest is not trusted: a call naming a file the writer does not hold is
 //! a [`GuestFault`], which traps the writer.
 
+use std::sync::Arc;
+
 use dstl_proto::codec;
 use dstl_proto::types::{ChangeSetBlock, UploadTask};
 use wasmtime::StoreContextMut;
@@ -10,12 +12,13 @@ use wasmtime::component::{ComponentType, HasSelf, Lift, Linker, WasmList};
 use super::bindings::dstl::changelog::{local_registry, logging, registry};
 use super::bindings::{to_wit_refusal, wit};
 use super::context::{GuestFault, WriterCtx};
+use crate::upload::Block;
 
 impl wit::Host for WriterCtx {}
 
 /// `uploader.schedule`'s task as it lies in the guest's memory: its blocks are read in
-/// place and copied once, into recycled buffers (see `upload::buffers`), instead of being
-/// lifted into fresh allocations.
+/// place, checked there, and lent to the upload (`lease`) or copied once into recycled
+/// buffers (see `upload::buffers`), instead of being lifted into fresh allocations.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 struct GuestTask {
@@ -49,36 +52,39 @@ pub(crate) fn add_to_linker(linker: &mut Linker<WriterCtx>) -> wasmtime::Result<
 fn schedule(
     mut store: StoreContextMut<'_, WriterCtx>,
     (task,): (GuestTask,),
-) -> wasmtime::Result<(Result<(), wit::Refusal>,)> {
+) -> wasmtime::Result<(Result<bool, wit::Refusal>,)> {
     let fault = |message: String| -> wasmtime::Error {
         GuestFault(format!("schedule of upload task {}: {message}", task.id)).into()
     };
     if task.change_sets.len() == 0 {
         return Err(fault("the task has no change sets".into()));
     }
-    let mut change_sets: Vec<ChangeSetBlock> = Vec::with_capacity(task.change_sets.len());
+    // Each block as (sequence number, payload, its pieces where they lie).
+    let mut blocks: Vec<(u64, u64, Vec<&[u8]>)> = Vec::with_capacity(task.change_sets.len());
     // Bytes of the task's blocks so far. An honest task's blocks (and each block's pieces)
     // are distinct parts of the guest's memory, so they fit in it; more means the guest
     // lends some bytes twice, which would make the host allocate without bound.
     let mut task_len = 0u64;
     let memory_limit = store.data().memory_limit;
+    let mut guest_blocks = Vec::with_capacity(task.change_sets.len());
     for i in 0..task.change_sets.len() {
         let block = task
             .change_sets
             .get(&mut store, i)
             .ok_or_else(|| fault(format!("change set {i} is missing from its list")))??;
-        if let Some(previous) = change_sets.last()
-            && block.sequence_number <= previous.sequence_number
+        if let Some(previous) = guest_blocks.last().map(|b: &GuestBlock| b.sequence_number)
+            && block.sequence_number <= previous
         {
             return Err(fault(format!(
-                "sequence number {} does not ascend after {}",
-                block.sequence_number, previous.sequence_number
+                "sequence number {} does not ascend after {previous}",
+                block.sequence_number
             )));
         }
-        // The pieces, read in place, go once into a recycled buffer: large values come
-        // straight from where the guest received them.
+        guest_blocks.push(block);
+    }
+    let mut lists = Vec::with_capacity(guest_blocks.len());
+    for block in &guest_blocks {
         let mut pieces = Vec::with_capacity(block.pieces.len());
-        let mut len = 0usize;
         for p in 0..block.pieces.len() {
             let piece = block.pieces.get(&mut store, p).ok_or_else(|| {
                 fault(format!(
@@ -86,7 +92,6 @@ fn schedule(
                     block.sequence_number
                 ))
             })??;
-            len += piece.len();
             task_len += piece.len() as u64;
             if task_len > memory_limit {
                 return Err(fault(format!(
@@ -96,13 +101,13 @@ fn schedule(
             }
             pieces.push(piece);
         }
-        let mut copy = store.data().services.scheduler.blocks.take(len);
-        for piece in &pieces {
-            copy.extend_from_slice(piece.as_le_slice(&store));
-        }
+        lists.push(pieces);
+    }
+    for (block, pieces) in guest_blocks.iter().zip(&lists) {
+        let pieces: Vec<&[u8]> = pieces.iter().map(|p| p.as_le_slice(&store)).collect();
         // The size counted against the in-flight limit (and reported in handles) is what
         // the block holds, never what the guest says it holds.
-        let payload = codec::block_payload(&copy).map_err(|e| {
+        let payload = codec::block_payload(&pieces).map_err(|e| {
             fault(format!(
                 "change set {} is not one change-set block: {e}",
                 block.sequence_number
@@ -114,12 +119,37 @@ fn schedule(
                 block.sequence_number, block.size
             )));
         }
-        change_sets.push(ChangeSetBlock {
-            sequence_number: block.sequence_number,
-            size: payload,
-            block: copy,
-        });
+        blocks.push((block.sequence_number, payload, pieces));
     }
+    // Lent while the writer's lent bytes stay within bounds (`lease`), else copied.
+    let ctx = store.data();
+    let lease = (ctx.keeper.as_ref())
+        .and_then(|keeper| keeper.try_lend(task.id, task_len, memory_limit))
+        .map(Arc::new);
+    let lent = lease.is_some();
+    let change_sets: Vec<ChangeSetBlock<Block>> = blocks
+        .into_iter()
+        .map(|(sequence_number, size, pieces)| {
+            let block = match &lease {
+                // SAFETY: the pieces lie in this sandbox's memory, which does not move
+                // (`memory_may_move(false)`) and which the lease keeps.
+                Some(lease) => unsafe { Block::lent(&pieces, Box::new(lease.clone())) },
+                None => {
+                    let len = pieces.iter().map(|p| p.len()).sum();
+                    let mut copy = ctx.services.scheduler.blocks.take(len);
+                    for piece in pieces {
+                        copy.extend_from_slice(piece);
+                    }
+                    Block::owned(copy)
+                }
+            };
+            ChangeSetBlock {
+                sequence_number,
+                size,
+                block,
+            }
+        })
+        .collect();
     let ctx = store.data_mut();
     // Blocks while the in-flight limit is reached: that uses no CPU, so it does not count
     // against the call's deadline.
@@ -136,7 +166,7 @@ fn schedule(
     if result.is_ok() && task.preemptive {
         ctx.count_preemptive_upload();
     }
-    Ok((result.map_err(to_wit_refusal),))
+    Ok((result.map(|()| lent).map_err(to_wit_refusal),))
 }
 
 impl registry::Host for WriterCtx {

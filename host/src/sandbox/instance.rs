@@ -3,8 +3,9 @@
 //! here, so the rest of the host sees plain `dstl_proto` types and a [`Trap`] instead of
 //! wasmtime's.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dstl_proto::types::{
     PersistCompletion, PersistReply, SnapshotResult, WriterConfig, WriterError,
@@ -87,9 +88,18 @@ fn lift_budget(memory_limit: u64) -> usize {
     usize::try_from(memory_limit.saturating_mul(4)).unwrap_or(usize::MAX)
 }
 
+/// Why an instance was not created.
+enum NotCreated {
+    /// The instance pool is full.
+    Full(Trap),
+    Failed(Trap),
+}
+use NotCreated::{Failed, Full};
+
 /// One writer's live sandbox.
 pub(crate) struct Instance {
-    store: Store<WriterCtx>,
+    /// Dropped through the keeper of its memory (see `Drop`).
+    store: ManuallyDrop<Store<WriterCtx>>,
     bindings: Changelog,
     resource: ResourceAny,
     call_timeout: Duration,
@@ -98,7 +108,9 @@ pub(crate) struct Instance {
 }
 
 impl Instance {
-    /// Instantiates `pre` for the writer `config` describes.
+    /// Instantiates `pre` for the writer `config` describes. While the instance pool is
+    /// full and some of its slots are kept by sandboxes whose lent blocks are still on
+    /// their way (`lease`), waits for them (up to the call timeout).
     pub fn new(
         pre: &ChangelogPre<WriterCtx>,
         services: Arc<Services>,
@@ -107,6 +119,24 @@ impl Instance {
         config: &WriterConfig,
         limits: Limits,
     ) -> Result<Self, Trap> {
+        let deadline = Instant::now() + limits.call_timeout;
+        loop {
+            match Self::instantiate(pre, services.clone(), links.clone(), id, config, limits) {
+                Err(Full(_)) if super::lease::wait_for_retired(deadline) => continue,
+                Err(Full(trap) | Failed(trap)) => return Err(trap),
+                Ok(instance) => return Ok(instance),
+            }
+        }
+    }
+
+    fn instantiate(
+        pre: &ChangelogPre<WriterCtx>,
+        services: Arc<Services>,
+        links: WriterLinks,
+        id: WriterId,
+        config: &WriterConfig,
+        limits: Limits,
+    ) -> Result<Self, NotCreated> {
         let ctx = WriterCtx::new(
             &config.name,
             id,
@@ -125,18 +155,20 @@ impl Instance {
         });
         match created {
             Ok((bindings, resource)) => Ok(Self {
-                store,
+                store: ManuallyDrop::new(store),
                 bindings,
                 resource,
                 call_timeout: limits.call_timeout,
                 calls: 0,
             }),
             Err(e) => {
+                let full = e.is::<wasmtime::PoolConcurrencyLimitError>();
                 let trap = Trap::new(&e, store.data(), limits.call_timeout);
-                Err(Trap {
+                let trap = Trap {
                     kind: trap.kind,
                     cause: format!("could not instantiate the writer component: {}", trap.cause),
-                })
+                };
+                Err(if full { Full(trap) } else { Failed(trap) })
             }
         }
     }
@@ -259,6 +291,7 @@ impl Instance {
     pub fn deliver(&mut self, outcome: UploadOutcome) -> Result<Vec<PersistCompletion>, Trap> {
         let answer = self.completions(|b, store, r| {
             let api = b.dstl_changelog_writer().writer();
+            let returned = (store.data().keeper.as_ref()).map_or_else(Vec::new, |k| k.returned());
             let completions = match outcome {
                 UploadOutcome::Succeeded { task, mut results } => {
                     let ctx = store.data_mut();
@@ -276,12 +309,12 @@ impl Instance {
                     }
                     ctx.holdings.add(&results);
                     let results: Vec<_> = results.into_iter().map(to_wit_result).collect();
-                    api.call_on_upload_succeeded(store, r, task, &results)?
+                    api.call_on_upload_succeeded(store, r, task, &results, &returned)?
                 }
                 // Why is the host's: the writer keeps the typed error for the errors
                 // naming the task (`writer::UploadFailures`).
                 UploadOutcome::Failed { task, .. } => {
-                    api.call_on_upload_failed(&mut *store, r, task)?
+                    api.call_on_upload_failed(&mut *store, r, task, &returned)?
                 }
             };
             Ok(Ok(completions))
@@ -326,5 +359,18 @@ impl Instance {
     /// or its sandbox is being dropped).
     pub fn release_unreturned(&mut self) {
         self.store.data_mut().release_unreturned();
+    }
+}
+
+impl Drop for Instance {
+    /// Blocks lent from this sandbox's memory may still be on their way into a file: the
+    /// store (and with it the memory's pool slot) ends when the last of them does.
+    fn drop(&mut self) {
+        // SAFETY: `store` is not used again; this is the only place that takes it.
+        let mut store = unsafe { ManuallyDrop::take(&mut self.store) };
+        match store.data_mut().keeper.take() {
+            Some(keeper) => keeper.retire(Box::new(store)),
+            None => drop(store),
+        }
     }
 }

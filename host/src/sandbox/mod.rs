@@ -13,6 +13,7 @@ pub(crate) mod context;
 pub(crate) mod engine;
 pub(crate) mod imports;
 pub(crate) mod instance;
+pub(crate) mod lease;
 pub(crate) mod trap;
 
 #[cfg(feature = "test-util")]

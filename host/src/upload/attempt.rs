@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dstl_proto::codec::{self, FileWriter};
-use dstl_proto::types::{LocalCopy, StreamHandle, UploadResult, UploadTask};
+use dstl_proto::types::{LocalCopy, StreamHandle, UploadResult};
 
-use super::AttemptError;
 use super::buffers::BlockPool;
+use super::{AttemptError, Task};
 use crate::metrics::Metrics;
 use crate::store::{LocalStore, Store};
 
@@ -38,7 +38,7 @@ pub(crate) struct UploadedFile {
 impl Uploader {
     /// One attempt. A failed attempt leaves no file behind (the store's create is
     /// atomic), so a retry starts clean.
-    pub fn upload(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
+    pub fn upload(&self, tasks: &[Task]) -> Result<UploadedFile, AttemptError> {
         self.metrics.upload_requests.increment(1);
         let started = Instant::now();
         let outcome = self.write_file(tasks);
@@ -59,30 +59,27 @@ impl Uploader {
         outcome
     }
 
-    fn write_file(&self, tasks: &[UploadTask]) -> Result<UploadedFile, AttemptError> {
+    fn write_file(&self, tasks: &[Task]) -> Result<UploadedFile, AttemptError> {
         let io = |e: std::io::Error| AttemptError::io("could not encode the changelog file", e);
-        let blocks = tasks
-            .iter()
-            .flat_map(|t| &t.change_sets)
-            .map(|c| c.block.as_slice());
-        // Plain files are written straight from the blocks; compressed ones are encoded
-        // into one buffer first.
+        let blocks = tasks.iter().flat_map(|t| &t.change_sets).map(|c| &c.block);
+        // Plain files are written straight from the blocks' pieces (from where the
+        // guests lent them); compressed ones are encoded into one buffer first.
         let mut compressed: Option<Vec<u8>> = None;
         let (parts, flat_offsets, logical) = if self.compression {
-            let payload: usize = blocks.clone().map(<[u8]>::len).sum();
+            let payload: usize = blocks.clone().map(|b| b.len()).sum();
             // Room for incompressible data (Snappy's worst case plus framing), so the
             // buffer never grows while compressing.
             let out = self.buffers.take(payload + payload / 6 + 1024);
             let mut file = FileWriter::new(out, true).map_err(io)?;
             let offsets = blocks
-                .map(|b| file.write_block(b))
+                .map(|b| file.write_block(b.pieces()))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(io)?;
             let logical = file.position();
             let file = compressed.insert(file.finish().map_err(io)?);
             (vec![file.as_slice()], offsets, logical)
         } else {
-            codec::plain_file(blocks)
+            codec::plain_file(blocks.map(|b| b.pieces()))
         };
         let mut flat_offsets = flat_offsets.into_iter();
         let offsets: Vec<Vec<u64>> = tasks

@@ -5,6 +5,7 @@
 //! [`OutcomeSink`].
 
 pub(crate) mod attempt;
+pub(crate) mod block;
 pub(crate) mod buffers;
 pub(crate) mod retry;
 pub(crate) mod scheduler;
@@ -13,8 +14,12 @@ pub(crate) mod throttle;
 use dstl_proto::types::UploadResult;
 
 pub(crate) use attempt::Uploader;
+pub(crate) use block::Block;
 pub(crate) use retry::AttemptError;
 pub(crate) use scheduler::Scheduler;
+
+/// An upload task as the host carries it: its blocks owned or lent.
+pub(crate) type Task = dstl_proto::types::UploadTask<Block>;
 
 /// What happened to one upload task, for the writer that submitted it.
 #[derive(Debug)]

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use dstl_proto::batch::Batcher;
-use dstl_proto::types::UploadTask;
 use tokio::sync::{Notify, Semaphore};
 use tracing::Instrument;
 
@@ -24,7 +23,7 @@ use super::attempt::UploadedFile;
 use super::buffers::BlockPool;
 use super::retry::{self, RetryPolicy};
 use super::throttle::Throttle;
-use super::{OutcomeSink, UploadError, UploadOutcome, Uploader};
+use super::{OutcomeSink, Task, UploadError, UploadOutcome, Uploader};
 use crate::background::{Job, Outstanding};
 use crate::metrics::Metrics;
 use crate::registry::{Registries, WriterId};
@@ -75,7 +74,7 @@ impl Drop for Delivery {
 /// A task waiting for its batch.
 struct Queued {
     recipient: Recipient,
-    task: UploadTask,
+    task: Task,
 }
 
 /// How a scheduler batches, retries and limits uploads.
@@ -209,7 +208,7 @@ impl Scheduler {
         sink: Weak<dyn OutcomeSink>,
         writer: WriterId,
         cancel: &AtomicBool,
-        task: UploadTask,
+        task: Task,
     ) -> Result<(), Refusal> {
         let size = task
             .change_sets
@@ -344,7 +343,7 @@ impl Scheduler {
     /// idle until the attempts that lost are discarded.
     async fn run_batch(
         &self,
-        tasks: Arc<Vec<UploadTask>>,
+        tasks: Arc<Vec<Task>>,
         batch_span: tracing::Span,
         job: Job,
     ) -> Result<retry::Success<UploadedFile>, UploadError> {
@@ -374,12 +373,14 @@ impl Scheduler {
         .await
     }
 
-    /// Returns the tasks' block buffers to the pool, unless attempts that lost a race
-    /// still hold them (then they are freed when those end).
-    fn recycle(&self, tasks: Arc<Vec<UploadTask>>) {
+    /// Returns the tasks' block buffers to the pool (and lent blocks to their sandbox),
+    /// unless attempts that lost a race still hold them (then they go when those end).
+    fn recycle(&self, tasks: Arc<Vec<Task>>) {
         if let Ok(tasks) = Arc::try_unwrap(tasks) {
             for block in tasks.into_iter().flat_map(|t| t.change_sets) {
-                self.blocks.put(block.block);
+                if let Some(buffer) = block.block.into_buffer() {
+                    self.blocks.put(buffer);
+                }
             }
         }
     }

@@ -162,6 +162,8 @@ impl Hostile {
             change_sets: &change_sets,
             preemptive: false,
         })
+        // Lent or not, this guest lets its pieces go at once: the host must not mind.
+        .map(drop)
         .map_err(|refusal| {
             w::WriterError::UploadFailed(w::UploadFailure::Refused(w::Refused {
                 change_sets: Vec::new(),
@@ -267,11 +269,12 @@ impl GuestWriter for Hostile {
         &self,
         _task: u64,
         _results: Vec<w::UploadResult>,
+        _returned: Vec<u64>,
     ) -> Vec<w::PersistCompletion> {
         Vec::new()
     }
 
-    fn on_upload_failed(&self, _task: u64) -> Vec<w::PersistCompletion> {
+    fn on_upload_failed(&self, _task: u64, _returned: Vec<u64>) -> Vec<w::PersistCompletion> {
         Vec::new()
     }
 }
