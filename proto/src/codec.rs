@@ -760,14 +760,27 @@ impl<'a> Pieces<'a> {
         if self.remaining() < 4 {
             return Err(self.truncated(4));
         }
+        while self.at == self.pieces[self.piece].len() {
+            self.piece += 1;
+            self.at = 0;
+        }
         let mut bytes = [0u8; 4];
-        for byte in &mut bytes {
-            while self.at == self.pieces[self.piece].len() {
-                self.piece += 1;
-                self.at = 0;
+        match self.pieces[self.piece].get(self.at..self.at + 4) {
+            // The common case: the field lies in one piece.
+            Some(field) => {
+                bytes.copy_from_slice(field);
+                self.advance(4);
             }
-            *byte = self.pieces[self.piece][self.at];
-            self.advance(1);
+            None => {
+                for byte in &mut bytes {
+                    while self.at == self.pieces[self.piece].len() {
+                        self.piece += 1;
+                        self.at = 0;
+                    }
+                    *byte = self.pieces[self.piece][self.at];
+                    self.advance(1);
+                }
+            }
         }
         Ok(i32::from_be_bytes(bytes))
     }
