@@ -584,17 +584,10 @@ impl<'a> ChangeSetReader<'a> {
 
     /// Reads a count whose every unit needs at least `min_unit` more bytes, so a count the
     /// remaining bytes cannot hold is rejected before anything is sized by it.
-    fn read_count(&mut self, what: &'static str, min_unit: usize) -> Result<u32, FormatError> {
+    fn read_count(&mut self, what: &'static str, min_unit: u64) -> Result<u32, FormatError> {
         let position = self.here();
         let value = self.read_i32()?;
-        if value < 0 || (value as usize).saturating_mul(min_unit) > self.remaining() {
-            return Err(FormatError::InvalidField {
-                what,
-                value: value as i64,
-                position,
-            });
-        }
-        Ok(value as u32)
+        check_count(what, value, position, min_unit, self.remaining() as u64)
     }
 
     /// The next change, `None` at the end of the block.
@@ -614,26 +607,12 @@ impl<'a> ChangeSetReader<'a> {
             }
             self.groups_left -= 1;
             let changes = self.read_count("change count", 4)?;
-            self.key_group = self.read_i32()?;
-            if self.key_group < META_KEY_GROUP {
-                return Err(FormatError::InvalidField {
-                    what: "key group",
-                    value: self.key_group as i64,
-                    position: self.here() - 4,
-                });
-            }
+            let position = self.here();
+            self.key_group = key_group_field(self.read_i32()?, position)?;
             self.changes_left = changes;
         }
         let position = self.here();
-        let len = self.read_i32()?;
-        if len < 0 {
-            return Err(FormatError::InvalidField {
-                what: "value length",
-                value: len as i64,
-                position,
-            });
-        }
-        let len = len as usize;
+        let len = length_field(self.read_i32()?, position)? as usize;
         if len > self.remaining() {
             return Err(FormatError::Truncated {
                 position: self.here(),
@@ -676,26 +655,13 @@ pub fn block_payload(pieces: &[&[u8]]) -> Result<u64, FormatError> {
     let mut payload = 0u64;
     for _ in 0..groups {
         let changes = input.read_count("change count", 4)?;
-        let key_group = input.read_i32()?;
-        if key_group < META_KEY_GROUP {
-            return Err(FormatError::InvalidField {
-                what: "key group",
-                value: key_group as i64,
-                position: input.position - 4,
-            });
-        }
+        let position = input.position;
+        key_group_field(input.read_i32()?, position)?;
         for _ in 0..changes {
             let position = input.position;
-            let len = input.read_i32()?;
-            if len < 0 {
-                return Err(FormatError::InvalidField {
-                    what: "value length",
-                    value: len as i64,
-                    position,
-                });
-            }
-            input.skip(len as u64)?;
-            payload += len as u64;
+            let len = length_field(input.read_i32()?, position)?;
+            input.skip(len)?;
+            payload += len;
         }
     }
     match input.remaining() {
@@ -705,6 +671,47 @@ pub fn block_payload(pieces: &[&[u8]]) -> Result<u64, FormatError> {
             extra,
         }),
     }
+}
+
+/// A group's key group read at `position`: metadata's or a data key group.
+fn key_group_field(key_group: i32, position: u64) -> Result<i32, FormatError> {
+    if key_group < META_KEY_GROUP {
+        return Err(FormatError::InvalidField {
+            what: "key group",
+            value: key_group as i64,
+            position,
+        });
+    }
+    Ok(key_group)
+}
+
+/// A value's length read at `position`.
+fn length_field(len: i32, position: u64) -> Result<u64, FormatError> {
+    u64::try_from(len).map_err(|_| FormatError::InvalidField {
+        what: "value length",
+        value: len as i64,
+        position,
+    })
+}
+
+/// `value`, a count read at `position`, if every unit it counts can have at least
+/// `min_unit` of the `remaining` bytes: a count they cannot hold is refused before
+/// anything is sized by it.
+fn check_count(
+    what: &'static str,
+    value: i32,
+    position: u64,
+    min_unit: u64,
+    remaining: u64,
+) -> Result<u32, FormatError> {
+    if value < 0 || (value as u64).saturating_mul(min_unit) > remaining {
+        return Err(FormatError::InvalidField {
+            what,
+            value: value as i64,
+            position,
+        });
+    }
+    Ok(value as u32)
 }
 
 /// Byte pieces read front to back as if they were joined.
@@ -785,19 +792,11 @@ impl<'a> Pieces<'a> {
         Ok(i32::from_be_bytes(bytes))
     }
 
-    /// As [`ChangeSetReader`]'s: a count whose every unit needs at least `min_unit` more
-    /// bytes than remain is refused before anything is sized by it.
+    /// As [`ChangeSetReader`]'s.
     fn read_count(&mut self, what: &'static str, min_unit: u64) -> Result<u32, FormatError> {
         let position = self.position;
         let value = self.read_i32()?;
-        if value < 0 || (value as u64).saturating_mul(min_unit) > self.remaining() {
-            return Err(FormatError::InvalidField {
-                what,
-                value: value as i64,
-                position,
-            });
-        }
-        Ok(value as u32)
+        check_count(what, value, position, min_unit, self.remaining())
     }
 
     fn skip(&mut self, n: u64) -> Result<(), FormatError> {

@@ -88,14 +88,6 @@ fn lift_budget(memory_limit: u64) -> usize {
     usize::try_from(memory_limit.saturating_mul(4)).unwrap_or(usize::MAX)
 }
 
-/// Why an instance was not created.
-enum NotCreated {
-    /// The instance pool is full.
-    Full(Trap),
-    Failed(Trap),
-}
-use NotCreated::{Failed, Full};
-
 /// One writer's live sandbox.
 pub(crate) struct Instance {
     /// Dropped through the keeper of its memory (see `Drop`).
@@ -121,55 +113,44 @@ impl Instance {
     ) -> Result<Self, Trap> {
         let deadline = Instant::now() + limits.call_timeout;
         loop {
-            match Self::instantiate(pre, services.clone(), links.clone(), id, config, limits) {
-                Err(Full(_)) if super::lease::wait_for_retired(deadline) => continue,
-                Err(Full(trap) | Failed(trap)) => return Err(trap),
-                Ok(instance) => return Ok(instance),
+            let ctx = WriterCtx::new(
+                &config.name,
+                id,
+                limits.memory,
+                limits.call_timeout,
+                services.clone(),
+                links.clone(),
+            );
+            let mut store = new_store(pre.engine(), ctx);
+            let created = pre.instantiate(&mut store).and_then(|bindings| {
+                let resource = bindings
+                    .dstl_changelog_writer()
+                    .writer()
+                    .call_constructor(&mut store, &to_wit_config(config.clone()))?;
+                Ok((bindings, resource))
+            });
+            let e = match created {
+                Ok((bindings, resource)) => {
+                    return Ok(Self {
+                        store: ManuallyDrop::new(store),
+                        bindings,
+                        resource,
+                        call_timeout: limits.call_timeout,
+                        calls: 0,
+                    });
+                }
+                Err(e) => e,
+            };
+            if e.is::<wasmtime::PoolConcurrencyLimitError>()
+                && super::lease::wait_for_retired(deadline)
+            {
+                continue;
             }
-        }
-    }
-
-    fn instantiate(
-        pre: &ChangelogPre<WriterCtx>,
-        services: Arc<Services>,
-        links: WriterLinks,
-        id: WriterId,
-        config: &WriterConfig,
-        limits: Limits,
-    ) -> Result<Self, NotCreated> {
-        let ctx = WriterCtx::new(
-            &config.name,
-            id,
-            limits.memory,
-            limits.call_timeout,
-            services,
-            links,
-        );
-        let mut store = new_store(pre.engine(), ctx);
-        let created = pre.instantiate(&mut store).and_then(|bindings| {
-            let resource = bindings
-                .dstl_changelog_writer()
-                .writer()
-                .call_constructor(&mut store, &to_wit_config(config.clone()))?;
-            Ok((bindings, resource))
-        });
-        match created {
-            Ok((bindings, resource)) => Ok(Self {
-                store: ManuallyDrop::new(store),
-                bindings,
-                resource,
-                call_timeout: limits.call_timeout,
-                calls: 0,
-            }),
-            Err(e) => {
-                let full = e.is::<wasmtime::PoolConcurrencyLimitError>();
-                let trap = Trap::new(&e, store.data(), limits.call_timeout);
-                let trap = Trap {
-                    kind: trap.kind,
-                    cause: format!("could not instantiate the writer component: {}", trap.cause),
-                };
-                Err(if full { Full(trap) } else { Failed(trap) })
-            }
+            let trap = Trap::new(&e, store.data(), limits.call_timeout);
+            return Err(Trap {
+                kind: trap.kind,
+                cause: format!("could not instantiate the writer component: {}", trap.cause),
+            });
         }
     }
 
