@@ -875,3 +875,51 @@ fn persists_of_an_idle_writer_complete_without_further_calls() {
         .expect("every persist completes while the writer is idle");
     assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
 }
+
+/// A writer dropped while its blocks hang in an upload keeps its sandbox's pool slot (the
+/// upload still reads the sandbox's memory). A writer created while the pool is full of
+/// such sandboxes waits for one to end, and gives up at once when its thread's interrupt
+/// check says so.
+#[test]
+fn a_new_writer_waits_for_a_slot_kept_by_a_hung_upload_unless_interrupted() {
+    let conf = unbatched(&["dstl.writer.max-writers=1"]);
+    let (_tmp, (storage, store)) = in_temp_dir(|dir| dstl_tests::harness::open_faulty(dir, &conf));
+    store.plan([Fault::Hang]);
+    let w = storage.create_writer("first", RANGE).unwrap();
+    w.append(0, b"lent").unwrap();
+    let pending = w.persist(0, 1).unwrap();
+    let deadline = Instant::now() + EVENTUALLY;
+    while store.creates() == 0 {
+        assert!(Instant::now() < deadline, "the upload never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(pending);
+    drop(w);
+    let started = Instant::now();
+    let refused = dstl::interruptible(&|| true, || storage.create_writer("second", RANGE));
+    let Err(error) = refused else {
+        panic!("the only slot is kept by the hung upload's sandbox");
+    };
+    assert!(error.to_string().contains("instances"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "an interrupted wait ends at once"
+    );
+    let gate = {
+        let store = store.clone();
+        spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            store.open_gate();
+        })
+    };
+    let started = Instant::now();
+    let second = storage.create_writer("second", RANGE).unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "it waited for the slot"
+    );
+    gate.recv().unwrap();
+    second.append(0, b"next").unwrap();
+    let snapshot = second.persist(0, 1).unwrap().wait().unwrap();
+    assert_eq!(payloads(&storage, &snapshot.remote), vec![b"next".to_vec()]);
+}

@@ -451,7 +451,7 @@ jni_entry_points! { "Native":
     #[allow(clippy::too_many_arguments)]
     fn createWriter(
         env,
-        _class,
+        class,
         handle: jlong,
         name: jbyteArray,
         start: jint,
@@ -492,7 +492,12 @@ jni_entry_points! { "Native":
                 })
             };
             let open = guard.as_ref().ok_or_else(closed)?;
-            let writer = open.create_writer(&name, KeyGroupRange { start, end })?;
+            // A new sandbox may wait for a slot of the instance pool (sandboxes kept for
+            // blocks on their way to a file); a cancelled task does not.
+            let interrupted = || env.thread_interrupted(class);
+            let writer = dstl::interruptible(&interrupted, || {
+                open.create_writer(&name, KeyGroupRange { start, end })
+            })?;
             drop(guard);
             let handle = WriterHandle {
                 writer,

@@ -31,6 +31,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use crate::sync::{CondvarExt, LockExt};
+use crate::upload::throttle::{INTERRUPT_POLL, interrupted_now};
 
 /// Stores of dropped instances kept for their leases, in this process, and a signal for
 /// each one that ends.
@@ -45,7 +46,8 @@ struct Retired {
 }
 
 /// Waits until a store kept for its leases ends, or `deadline`; false if none is kept
-/// (nothing to wait for) or the deadline passed.
+/// (nothing to wait for), the deadline passed, or the thread's interrupt check
+/// ([`crate::interruptible`]) says to give up.
 pub(crate) fn wait_for_retired(deadline: Instant) -> bool {
     let mut retired = RETIRED.locked();
     if retired.kept == 0 {
@@ -56,7 +58,12 @@ pub(crate) fn wait_for_retired(deadline: Instant) -> bool {
         let Some(left) = deadline.checked_duration_since(Instant::now()) else {
             return false;
         };
-        retired = ENDED.wait_timeout_locked(retired, left).0;
+        if interrupted_now() == Some(true) {
+            return false;
+        }
+        retired = ENDED
+            .wait_timeout_locked(retired, left.min(INTERRUPT_POLL))
+            .0;
     }
     true
 }

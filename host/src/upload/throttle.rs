@@ -18,7 +18,7 @@ use dstl_proto::error::Refusal;
 use crate::sync::{CondvarExt, LockExt};
 
 /// How often a wait for capacity asks the thread's interrupt check.
-const INTERRUPT_POLL: Duration = Duration::from_millis(20);
+pub(crate) const INTERRUPT_POLL: Duration = Duration::from_millis(20);
 
 thread_local! {
     /// The check [`interruptible`] installed on this thread, if any: a pointer to a
@@ -31,8 +31,9 @@ thread_local! {
 /// capacity (the in-flight limit of `dstl.dfs.upload.max-in-flight`): a wait asks it
 /// every 20 ms and gives up once it answers true, and the upload that waited fails with
 /// [`crate::UploadError::Refused`] (`Refusal::Interrupted`): a pre-emptive upload fails
-/// the append that triggered it, a persist fails. An embedding whose threads are interrupted by other
-/// means than dstl's own close (a JVM's `Thread.interrupt`, a cancelled task) passes its
+/// the append that triggered it, a persist fails. A writer's creation waiting for a slot
+/// of the instance pool gives up the same way. An embedding whose threads are interrupted
+/// by other means than dstl's own close (a JVM's `Thread.interrupt`, a cancelled task) passes its
 /// way of asking here, so a back-pressured call never outlives the task that made it.
 ///
 /// `interrupted` runs on this thread, under no lock of the writer's, and must not call
@@ -55,7 +56,7 @@ pub fn interruptible<R>(interrupted: &dyn Fn() -> bool, f: impl FnOnce() -> R) -
 }
 
 /// Whether the check of this thread's [`interruptible`] says to give up; `None` without one.
-fn interrupted_now() -> Option<bool> {
+pub(crate) fn interrupted_now() -> Option<bool> {
     INTERRUPT_CHECK.with(|check| check.get()).map(|check| {
         // SAFETY: see `interruptible`: the closure outlives its installation.
         let check = unsafe { &*check };
