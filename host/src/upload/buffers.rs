@@ -1,7 +1,8 @@
-//! Recycled buffers for change-set blocks. Every block an upload task carries is copied
-//! out of a writer's sandbox into one of these and comes back here when its upload ends,
-//! so steady-state uploads allocate nothing: no fresh pages for the kernel to zero, and no
-//! heap growth from blocks freed on other threads than the one that allocated them.
+//! Recycled buffers for change-set blocks copied out of a writer's sandbox (those past
+//! its lending bound, see `sandbox::lease`) and for compressed files. A buffer comes back
+//! here when its upload ends, so steady-state uploads allocate nothing: no fresh pages for
+//! the kernel to zero, and no heap growth from blocks freed on other threads than the one
+//! that allocated them.
 
 use std::sync::Mutex;
 
