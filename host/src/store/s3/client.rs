@@ -397,10 +397,17 @@ fn io_error(what: String, e: object_store::Error) -> std::io::Error {
 
 impl Store for S3Store {
     fn create(&self, name: &str, bytes: &[u8]) -> std::io::Result<String> {
+        self.create_parts(name, &[bytes])
+    }
+
+    fn create_parts(&self, name: &str, parts: &[&[u8]]) -> std::io::Result<String> {
         let key = Key::parse(format!("{}/{name}", self.prefix))
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let url = self.url(&key);
-        let payload = PutPayload::from(bytes.to_vec());
+        // The parts' one copy on their way out (blocks come from where a writer's sandbox
+        // lent them): the request body, which the client's own retries reuse.
+        let body = bytes::Bytes::from(parts.concat());
+        let payload = PutPayload::from(body.clone());
         let options = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -411,7 +418,7 @@ impl Store for S3Store {
                 // Maybe our own write whose response was lost: the names are fresh UUIDs,
                 // so identical content means it is ours.
                 let existing = self.read(&url)?;
-                if existing == bytes {
+                if existing[..] == body[..] {
                     tracing::debug!(%url, "conditional create reported our own earlier write");
                     Ok(url)
                 } else {
