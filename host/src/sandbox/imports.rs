@@ -59,31 +59,28 @@ fn schedule(
     if task.change_sets.len() == 0 {
         return Err(fault("the task has no change sets".into()));
     }
-    // Each block as (sequence number, payload, its pieces where they lie).
-    let mut blocks: Vec<(u64, u64, Vec<&[u8]>)> = Vec::with_capacity(task.change_sets.len());
     // Bytes of the task's blocks so far. An honest task's blocks (and each block's pieces)
     // are distinct parts of the guest's memory, so they fit in it; more means the guest
     // lends some bytes twice, which would make the host allocate without bound.
     let mut task_len = 0u64;
     let memory_limit = store.data().memory_limit;
-    let mut guest_blocks = Vec::with_capacity(task.change_sets.len());
+    // Every block and its list of pieces first (reading a list needs the store mutably),
+    // then the pieces' bytes where they lie.
+    let mut lists: Vec<(GuestBlock, Vec<WasmList<u8>>)> =
+        Vec::with_capacity(task.change_sets.len());
     for i in 0..task.change_sets.len() {
         let block = task
             .change_sets
             .get(&mut store, i)
             .ok_or_else(|| fault(format!("change set {i} is missing from its list")))??;
-        if let Some(previous) = guest_blocks.last().map(|b: &GuestBlock| b.sequence_number)
-            && block.sequence_number <= previous
+        if let Some((previous, _)) = lists.last()
+            && block.sequence_number <= previous.sequence_number
         {
             return Err(fault(format!(
-                "sequence number {} does not ascend after {previous}",
-                block.sequence_number
+                "sequence number {} does not ascend after {}",
+                block.sequence_number, previous.sequence_number
             )));
         }
-        guest_blocks.push(block);
-    }
-    let mut lists = Vec::with_capacity(guest_blocks.len());
-    for block in &guest_blocks {
         let mut pieces = Vec::with_capacity(block.pieces.len());
         for p in 0..block.pieces.len() {
             let piece = block.pieces.get(&mut store, p).ok_or_else(|| {
@@ -101,9 +98,11 @@ fn schedule(
             }
             pieces.push(piece);
         }
-        lists.push(pieces);
+        lists.push((block, pieces));
     }
-    for (block, pieces) in guest_blocks.iter().zip(&lists) {
+    // Each block as (sequence number, payload, its pieces where they lie).
+    let mut blocks: Vec<(u64, u64, Vec<&[u8]>)> = Vec::with_capacity(lists.len());
+    for (block, pieces) in &lists {
         let pieces: Vec<&[u8]> = pieces.iter().map(|p| p.as_le_slice(&store)).collect();
         // The size counted against the in-flight limit (and reported in handles) is what
         // the block holds, never what the guest says it holds.
