@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use crate::sync::{CondvarExt, LockExt};
-use crate::upload::throttle::{INTERRUPT_POLL, interrupted_now};
+use crate::sync::LockExt;
+use crate::upload::throttle::wait_interruptibly;
 
 /// Stores of dropped instances kept for their leases, in this process, and a signal for
 /// each one that ends.
@@ -58,12 +58,10 @@ pub(crate) fn wait_for_retired(deadline: Instant) -> bool {
         let Some(left) = deadline.checked_duration_since(Instant::now()) else {
             return false;
         };
-        if interrupted_now() == Some(true) {
+        let Some(guard) = wait_interruptibly(&ENDED, retired, Some(left)) else {
             return false;
-        }
-        retired = ENDED
-            .wait_timeout_locked(retired, left.min(INTERRUPT_POLL))
-            .0;
+        };
+        retired = guard;
     }
     true
 }

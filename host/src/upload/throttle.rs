@@ -8,7 +8,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -18,7 +18,7 @@ use dstl_proto::error::Refusal;
 use crate::sync::{CondvarExt, LockExt};
 
 /// How often a wait for capacity asks the thread's interrupt check.
-pub(crate) const INTERRUPT_POLL: Duration = Duration::from_millis(20);
+const INTERRUPT_POLL: Duration = Duration::from_millis(20);
 
 thread_local! {
     /// The check [`interruptible`] installed on this thread, if any: a pointer to a
@@ -55,8 +55,27 @@ pub fn interruptible<R>(interrupted: &dyn Fn() -> bool, f: impl FnOnce() -> R) -
     f()
 }
 
+/// One wait on `changed` that the thread's [`interruptible`] check can end: for at most
+/// `limit` (`None`: until notified), and while a check is installed at most
+/// [`INTERRUPT_POLL`], the check asked first; `None` once it says to give up.
+pub(crate) fn wait_interruptibly<'a, T>(
+    changed: &Condvar,
+    guard: MutexGuard<'a, T>,
+    limit: Option<Duration>,
+) -> Option<MutexGuard<'a, T>> {
+    let poll = match interrupted_now() {
+        Some(true) => return None,
+        Some(false) => Some(INTERRUPT_POLL),
+        None => None,
+    };
+    Some(match limit.into_iter().chain(poll).min() {
+        Some(timeout) => changed.wait_timeout_locked(guard, timeout).0,
+        None => changed.wait_locked(guard),
+    })
+}
+
 /// Whether the check of this thread's [`interruptible`] says to give up; `None` without one.
-pub(crate) fn interrupted_now() -> Option<bool> {
+fn interrupted_now() -> Option<bool> {
     INTERRUPT_CHECK.with(|check| check.get()).map(|check| {
         // SAFETY: see `interruptible`: the closure outlives its installation.
         let check = unsafe { &*check };
@@ -102,13 +121,7 @@ impl Throttle {
             if cancel.load(Ordering::SeqCst) {
                 return Err(Refusal::WriterClosed);
             }
-            match interrupted_now() {
-                None => state = self.changed.wait_locked(state),
-                Some(true) => return Err(Refusal::Interrupted),
-                Some(false) => {
-                    state = self.changed.wait_timeout_locked(state, INTERRUPT_POLL).0;
-                }
-            }
+            state = wait_interruptibly(&self.changed, state, None).ok_or(Refusal::Interrupted)?;
         }
         if state.closed {
             return Err(Refusal::StorageClosed);
