@@ -54,11 +54,13 @@ impl Seaweed {
     /// Starts a server with `bucket` created, and waits until it serves S3 requests.
     pub fn start(bucket: &str) -> Self {
         let data = tempfile::tempdir().unwrap();
-        // Spread test processes and instances over 20000..40000 in blocks of PORTS.
-        let seed = (std::process::id() as u16 % 200) * 10;
+        // Spread test processes and instances over 20000..32700 in blocks of PORTS, below
+        // Linux's ephemeral ports (32768 and up by default): a port free when checked
+        // could otherwise be taken by an outgoing connection before the server binds it.
+        let seed = (std::process::id() as u16 % 127) * 10;
         let base = loop {
             let n = NEXT_BASE.fetch_add(1, Ordering::SeqCst);
-            let base = 20_000 + (seed + n * 7) % 2000 * PORTS;
+            let base = 20_000 + (seed + n * 7) % 1270 * PORTS;
             if ports_free(base) {
                 break base;
             }
