@@ -235,8 +235,7 @@ impl ChangeSetBuilder {
                 let entry = self.entries[e as usize];
                 out.extend_from_slice(&(entry.len as i32).to_be_bytes());
                 if entry.segment == OWN {
-                    extend_short(
-                        out,
+                    out.extend_from_slice(
                         &self.own[entry.start as usize..(entry.start + entry.len) as usize],
                     );
                 } else if entry.len >= gather_min {
@@ -248,8 +247,7 @@ impl ChangeSetBuilder {
                     });
                 } else {
                     let source = &self.segments[entry.segment as usize][..];
-                    extend_short(
-                        out,
+                    out.extend_from_slice(
                         &source[entry.start as usize..(entry.start + entry.len) as usize],
                     );
                 }
@@ -320,35 +318,6 @@ pub fn encode_change_set<'a>(changes: impl IntoIterator<Item = (i32, &'a [u8])>)
 /// [`Block`]: a smaller value costs less to copy next to its headers than to hand out as
 /// a piece of its own.
 pub const GATHER_MIN: u32 = 1024;
-
-/// Values up to this many bytes are copied into a block by [`extend_short`].
-const SHORT_COPY: usize = 256;
-
-/// Appends `bytes` to `out`, a short value eight bytes at a time by this code itself.
-///
-/// Inside the sandbox a copy of unknown length compiles to wasm's `memory.copy`, which the
-/// engine runs as a call out of the compiled code (bounds checks, then `memmove`); for the
-/// values of some tens of bytes that most changes are, that call costs more than the copy.
-/// Fixed-size copies compile to plain loads and stores.
-#[inline]
-fn extend_short(out: &mut Vec<u8>, bytes: &[u8]) {
-    if bytes.len() > SHORT_COPY {
-        out.extend_from_slice(bytes);
-        return;
-    }
-    out.reserve(bytes.len());
-    let (words, tail) = bytes.as_chunks::<8>();
-    for word in words {
-        out.extend_from_slice(word);
-    }
-    let (halves, tail) = tail.as_chunks::<4>();
-    for half in halves {
-        out.extend_from_slice(half);
-    }
-    for &byte in tail {
-        out.push(byte);
-    }
-}
 
 /// One change-set block as a writer keeps it until upload: the format's bytes in order,
 /// as pieces. Headers and small values lie in one inline buffer; large values stay in the
@@ -858,17 +827,6 @@ pub fn encode_file(blocks: &[Vec<u8>], compression: bool) -> std::io::Result<(Ve
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn extend_short_appends_every_length_as_is() {
-        let source: Vec<u8> = (0..=255u8).cycle().take(SHORT_COPY + 20).collect();
-        for len in 0..source.len() {
-            let mut out = vec![0xee, 0xff];
-            extend_short(&mut out, &source[3..3 + len.min(source.len() - 3)]);
-            assert_eq!(out[..2], [0xee, 0xff]);
-            assert_eq!(out[2..], source[3..3 + len.min(source.len() - 3)], "length {len}");
-        }
-    }
 
     /// A worked example, checked byte for byte against Flink 2.3.0's own classes.
     fn example_blocks() -> Vec<Vec<u8>> {
