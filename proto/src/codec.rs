@@ -1119,6 +1119,15 @@ mod tests {
         builder
     }
 
+    /// Changes of the given key groups and lengths, each value filled with its index.
+    fn numbered(changes: Vec<(i32, usize)>) -> Vec<(i32, Vec<u8>)> {
+        changes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (k, len))| (k, vec![i as u8; len]))
+            .collect()
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), offset in 0u64..600) {
@@ -1185,11 +1194,7 @@ mod tests {
             split in 0usize..40,
             segments in 1usize..4,
         ) {
-            let changes: Vec<(i32, Vec<u8>)> = changes
-                .into_iter()
-                .enumerate()
-                .map(|(i, (k, len))| (k, vec![i as u8; len]))
-                .collect();
+            let changes = numbered(changes);
             let copied = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
             let mut builder = builder_of(&changes, split, segments);
             let shared = &changes[split.min(changes.len())..];
@@ -1212,11 +1217,7 @@ mod tests {
             split in 0usize..60,
             segments in 1usize..4,
         ) {
-            let changes: Vec<(i32, Vec<u8>)> = changes
-                .into_iter()
-                .enumerate()
-                .map(|(i, (k, len))| (k, vec![i as u8; len]))
-                .collect();
+            let changes = numbered(changes);
             let builder = builder_of(&changes, split, segments);
             let (mut counted, mut sorted) = (builder.clone(), builder);
             let (a, b) = (counted.block(), sorted.finish_sorted(GATHER_MIN));
