@@ -94,9 +94,8 @@ pub enum FormatError {
 /// An open change set. Values stay where they arrived: a packed batch handed over whole
 /// is kept as one shared segment (no copy), single values are copied into the builder's
 /// own buffer. Each change is one small entry; encoding puts the values in the format's
-/// order (metadata, then ascending key group, append order within a group): it counts
-/// each group's changes and bytes, then copies every value once, in the order the values
-/// arrived, straight to its group's place in the block.
+/// order (metadata, then ascending key group, append order within a group) with a
+/// counting sort and copies every value once, straight into the block.
 #[derive(Debug, Default, Clone)]
 pub struct ChangeSetBuilder {
     /// Bytes of values pushed one by one.
@@ -108,7 +107,6 @@ pub struct ChangeSetBuilder {
     /// Scratch of `encode`, kept for its capacity.
     order: Vec<u32>,
     counts: Vec<u32>,
-    cursors: Vec<usize>,
 }
 
 /// Where one change's value lies.
@@ -124,7 +122,7 @@ struct Entry {
 /// The segment index of the builder's own buffer.
 const OWN: u32 = u32::MAX;
 
-/// Widest key-group span placed by counting (a slot per key group); wider ones are sorted.
+/// Widest key-group span sorted by counting; wider ones use a comparison sort.
 const COUNTING_SORT_SPAN: i64 = 1 << 16;
 
 impl ChangeSetBuilder {
@@ -199,17 +197,6 @@ impl ChangeSetBuilder {
     /// The block, copying every value shorter than `gather_min` (and every value of the
     /// builder's own buffer) next to its headers; leaves the builder empty.
     fn finish(&mut self, gather_min: u32) -> Block {
-        if let Some((min, span)) = self.key_group_span()
-            && span <= COUNTING_SORT_SPAN as usize
-        {
-            return self.finish_in_arrival_order(gather_min, min, span);
-        }
-        self.finish_sorted(gather_min)
-    }
-
-    /// [`ChangeSetBuilder::finish`] for key groups too far apart to count: the changes
-    /// are sorted by key group and copied in that order.
-    fn finish_sorted(&mut self, gather_min: u32) -> Block {
         self.sort();
         let order = std::mem::take(&mut self.order);
         let mut groups = 0usize;
@@ -281,116 +268,40 @@ impl ChangeSetBuilder {
         block
     }
 
-    /// The lowest key group and the number of key groups from it to the highest, if any.
-    fn key_group_span(&self) -> Option<(i32, usize)> {
-        let min = self.entries.iter().map(|e| e.key_group).min()?;
-        let max = self.entries.iter().map(|e| e.key_group).max()?;
-        Some((min, (max as i64 - min as i64 + 1) as usize))
-    }
-
-    /// [`ChangeSetBuilder::finish`] for key groups within `min..min + span`: the counts
-    /// say where each group's changes go, so every change is copied in the order it
-    /// arrived, reading the segments front to back, to the next place of its group. (In
-    /// key-group order the reads would jump all over the change set, a cache miss for
-    /// most small values.)
-    fn finish_in_arrival_order(&mut self, gather_min: u32, min: i32, span: usize) -> Block {
-        let copied = |e: &Entry| e.segment == OWN || e.len < gather_min;
-        // Changes and inline bytes of each group.
-        self.counts.clear();
-        self.counts.resize(span, 0);
-        self.cursors.clear();
-        self.cursors.resize(span, 0);
-        let mut gathered_bytes = 0usize;
-        for e in &self.entries {
-            let k = (e.key_group as i64 - min as i64) as usize;
-            self.counts[k] += 1;
-            self.cursors[k] += 4 + if copied(e) { e.len as usize } else { 0 };
-            if !copied(e) {
-                gathered_bytes += e.len as usize;
-            }
-        }
-        // Each group's header, then where its first change goes. The block's bytes are
-        // written once each, into uninitialized capacity (zeroing them first would be a
-        // pass over the block of its own).
-        let total = 4
-            + 8 * self.counts.iter().filter(|&&c| c > 0).count()
-            + self.cursors.iter().sum::<usize>();
-        let mut inline: Vec<u8> = Vec::with_capacity(total);
-        let out = &mut inline.spare_capacity_mut()[..total];
-        let mut written = 0usize;
-        let mut put = |at: usize, bytes: &[u8]| {
-            out[at..at + bytes.len()].write_copy_of_slice(bytes);
-            written += bytes.len();
-        };
-        let mut groups = 0i32;
-        let mut next = 4;
-        for k in 0..span {
-            if self.counts[k] == 0 {
-                continue;
-            }
-            groups += 1;
-            put(next, &(self.counts[k] as i32).to_be_bytes());
-            put(next + 4, &(min + k as i32).to_be_bytes());
-            let bytes = self.cursors[k];
-            self.cursors[k] = next + 8;
-            next += 8 + bytes;
-        }
-        put(0, &groups.to_be_bytes());
-        let mut gathered = Vec::new();
-        for e in &self.entries {
-            let k = (e.key_group as i64 - min as i64) as usize;
-            let at = self.cursors[k];
-            put(at, &(e.len as i32).to_be_bytes());
-            let at = at + 4;
-            let range = e.start as usize..(e.start + e.len) as usize;
-            self.cursors[k] = if e.segment == OWN {
-                put(at, &self.own[range]);
-                at + e.len as usize
-            } else if copied(e) {
-                put(at, &self.segments[e.segment as usize][range]);
-                at + e.len as usize
-            } else {
-                gathered.push(Gathered {
-                    at,
-                    segment: e.segment,
-                    start: e.start,
-                    len: e.len,
-                });
-                at
-            };
-        }
-        // Every group's region was sized from the same changes, so the writes tile
-        // `0..total` without overlap; their sum says none was left out.
-        assert_eq!(written, total, "a change-set block left bytes unwritten");
-        // SAFETY: the first `total` bytes of the capacity were all written just above.
-        unsafe { inline.set_len(total) };
-        // In arrival order a later group's value may come first; pieces go by place.
-        gathered.sort_unstable_by_key(|g| g.at);
-        let len = total + gathered_bytes;
-        let segments = if gathered.is_empty() {
-            self.segments.clear();
-            Vec::new()
-        } else {
-            std::mem::take(&mut self.segments)
-        };
-        self.own.clear();
-        self.entries.clear();
-        self.payload = 0;
-        Block {
-            inline,
-            segments,
-            gathered,
-            len,
-        }
-    }
-
-    /// Fills `order` with the entry indexes sorted by key group, append order kept (for
-    /// key groups too far apart to count).
+    /// Fills `order` with the entry indexes sorted by key group, append order kept.
     fn sort(&mut self) {
         self.order.clear();
-        self.order.extend(0..self.entries.len() as u32);
-        let entries = &self.entries;
-        self.order.sort_by_key(|&i| entries[i as usize].key_group);
+        let Some(min) = self.entries.iter().map(|e| e.key_group).min() else {
+            return;
+        };
+        let max = self
+            .entries
+            .iter()
+            .map(|e| e.key_group)
+            .max()
+            .unwrap_or(min);
+        let span = max as i64 - min as i64 + 1;
+        if span > COUNTING_SORT_SPAN {
+            self.order.extend(0..self.entries.len() as u32);
+            let entries = &self.entries;
+            self.order.sort_by_key(|&i| entries[i as usize].key_group);
+            return;
+        }
+        // Counting sort: where each key group starts, then every entry in append order.
+        self.counts.clear();
+        self.counts.resize(span as usize + 1, 0);
+        for e in &self.entries {
+            self.counts[(e.key_group as i64 - min as i64) as usize + 1] += 1;
+        }
+        for k in 1..self.counts.len() {
+            self.counts[k] += self.counts[k - 1];
+        }
+        self.order.resize(self.entries.len(), 0);
+        for (i, e) in self.entries.iter().enumerate() {
+            let slot = &mut self.counts[(e.key_group as i64 - min as i64) as usize];
+            self.order[*slot as usize] = i as u32;
+            *slot += 1;
+        }
     }
 }
 
@@ -1119,15 +1030,6 @@ mod tests {
         builder
     }
 
-    /// Changes of the given key groups and lengths, each value filled with its index.
-    fn numbered(changes: Vec<(i32, usize)>) -> Vec<(i32, Vec<u8>)> {
-        changes
-            .into_iter()
-            .enumerate()
-            .map(|(i, (k, len))| (k, vec![i as u8; len]))
-            .collect()
-    }
-
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), offset in 0u64..600) {
@@ -1194,7 +1096,11 @@ mod tests {
             split in 0usize..40,
             segments in 1usize..4,
         ) {
-            let changes = numbered(changes);
+            let changes: Vec<(i32, Vec<u8>)> = changes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (k, len))| (k, vec![i as u8; len]))
+                .collect();
             let copied = encode_change_set(changes.iter().map(|(k, v)| (*k, &v[..])));
             let mut builder = builder_of(&changes, split, segments);
             let shared = &changes[split.min(changes.len())..];
@@ -1207,22 +1113,6 @@ mod tests {
             prop_assert!(pieces.len() <= 2 * large + 1);
             prop_assert_eq!(pieces.concat(), copied.clone());
             prop_assert_eq!(block.to_vec(), copied);
-        }
-
-        /// Copying changes in arrival order to their group's place makes the block that
-        /// sorting them first makes, pieces and all.
-        #[test]
-        fn arrival_order_blocks_equal_sorted_blocks(
-            changes in proptest::collection::vec((-1i32..12, 0usize..1500), 0..60),
-            split in 0usize..60,
-            segments in 1usize..4,
-        ) {
-            let changes = numbered(changes);
-            let builder = builder_of(&changes, split, segments);
-            let (mut counted, mut sorted) = (builder.clone(), builder);
-            let (a, b) = (counted.block(), sorted.finish_sorted(GATHER_MIN));
-            prop_assert_eq!(a.pieces(), b.pieces());
-            prop_assert_eq!(a.len(), b.len());
         }
 
         #[test]
