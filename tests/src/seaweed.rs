@@ -17,6 +17,13 @@ pub const ACCESS_KEY: &str = "dstltest";
 pub const SECRET_KEY: &str = "dstltestsecret";
 /// Ports each instance needs: master, volume, filer, s3, admin, each with its gRPC port.
 const PORTS: u16 = 10;
+/// Servers take blocks of [`PORTS`] in `FIRST_PORT..END_PORT`, below Linux's ephemeral
+/// ports (32768 and up by default): a port free when checked could otherwise be taken by
+/// an outgoing connection before the server binds it.
+const FIRST_PORT: u16 = 20_000;
+const END_PORT: u16 = 32_700;
+/// Blocks of ports in that range.
+const BLOCKS: u16 = (END_PORT - FIRST_PORT) / PORTS;
 
 static NEXT_BASE: AtomicU16 = AtomicU16::new(0);
 
@@ -54,13 +61,12 @@ impl Seaweed {
     /// Starts a server with `bucket` created, and waits until it serves S3 requests.
     pub fn start(bucket: &str) -> Self {
         let data = tempfile::tempdir().unwrap();
-        // Spread test processes and instances over 20000..32700 in blocks of PORTS, below
-        // Linux's ephemeral ports (32768 and up by default): a port free when checked
-        // could otherwise be taken by an outgoing connection before the server binds it.
-        let seed = (std::process::id() as u16 % 127) * 10;
+        // Spread test processes and instances over the blocks: a process starts at every
+        // tenth block, picked by its id, and its instances go on 7 blocks apart.
+        let seed = (std::process::id() as u16 % (BLOCKS / 10)) * 10;
         let base = loop {
             let n = NEXT_BASE.fetch_add(1, Ordering::SeqCst);
-            let base = 20_000 + (seed + n * 7) % 1270 * PORTS;
+            let base = FIRST_PORT + (seed + n * 7) % BLOCKS * PORTS;
             if ports_free(base) {
                 break base;
             }
