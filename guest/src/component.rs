@@ -145,6 +145,13 @@ impl GuestWriter for WriterResource {
         })
     }
 
+    fn append_framed(&self, data: Vec<u8>) -> Result<u64, wit::WriterError> {
+        self.with(|wr, fx| {
+            wr.append_framed_owned(fx, data)?;
+            Ok(wr.open_bytes())
+        })
+    }
+
     fn append_meta(&self, value: Vec<u8>) -> Result<(), wit::WriterError> {
         self.with(|wr, fx| wr.append_meta(fx, &value))
     }
@@ -169,6 +176,21 @@ impl GuestWriter for WriterResource {
         self.with(|wr, fx| {
             if !key_groups.is_empty() {
                 wr.append_batch_owned(fx, &key_groups, &lengths, data)?;
+            }
+            wr.persist(fx, start, checkpoint)
+        })
+        .map(to_wit_reply)
+    }
+
+    fn persist_framed(
+        &self,
+        data: Vec<u8>,
+        start: u64,
+        checkpoint: i64,
+    ) -> Result<wit::PersistReply, wit::WriterError> {
+        self.with(|wr, fx| {
+            if !data.is_empty() {
+                wr.append_framed_owned(fx, data)?;
             }
             wr.persist(fx, start, checkpoint)
         })

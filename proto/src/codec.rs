@@ -95,7 +95,10 @@ pub enum FormatError {
 /// is kept as one shared segment (no copy), single values are copied into the builder's
 /// own buffer. Each change is one small entry; encoding puts the values in the format's
 /// order (metadata, then ascending key group, append order within a group) with a
-/// counting sort and copies every value once, straight into the block.
+/// counting sort and copies every value once, straight into the block. Batches a host
+/// framed itself, groups as a block holds them ([`ChangeSetBuilder::push_framed_groups`]),
+/// follow those groups as they are, never copied: a key group may then have several groups
+/// in one block, each key group's changes still in append order.
 #[derive(Debug, Default, Clone)]
 pub struct ChangeSetBuilder {
     /// Bytes of values pushed one by one.
@@ -103,6 +106,12 @@ pub struct ChangeSetBuilder {
     /// Shared batches values point into.
     segments: Vec<Rc<Vec<u8>>>,
     entries: Vec<Entry>,
+    /// Groups handed over already framed, in arrival order (`push_framed_groups`).
+    framed: Vec<FramedRange>,
+    /// Changes added after framed groups, framed here (segment [`OWN`] of `framed`).
+    own_framed: Vec<u8>,
+    framed_groups: usize,
+    framed_changes: usize,
     payload: u64,
     /// Scratch of `encode`, kept for its capacity.
     order: Vec<u32>,
@@ -119,6 +128,15 @@ struct Entry {
     len: u32,
 }
 
+/// Whole groups, framed as the block frames them, at `segments[segment][start..start + len]`
+/// (or at `own_framed[start..start + len]` for segment [`OWN`]).
+#[derive(Debug, Clone, Copy)]
+struct FramedRange {
+    segment: u32,
+    start: u32,
+    len: u32,
+}
+
 /// The segment index of the builder's own buffer.
 const OWN: u32 = u32::MAX;
 
@@ -129,6 +147,9 @@ impl ChangeSetBuilder {
     /// Adds a change, copying its value. The caller has validated the key group and
     /// that `value.len()` fits in an `i32`.
     pub fn push(&mut self, key_group: i32, value: &[u8]) {
+        if !self.framed.is_empty() {
+            return self.push_after_framed(key_group, value);
+        }
         let start = self.own.len() as u32;
         self.own.extend_from_slice(value);
         self.record(key_group, OWN, start, value.len() as u32);
@@ -137,6 +158,9 @@ impl ChangeSetBuilder {
     /// Adds a change whose value is `segment[range]`, without copying it. Consecutive
     /// pushes of the same segment share one reference.
     pub fn push_shared(&mut self, key_group: i32, segment: &Rc<Vec<u8>>, range: Range<usize>) {
+        if !self.framed.is_empty() {
+            return self.push_after_framed(key_group, &segment[range]);
+        }
         let index = match self.segments.last() {
             Some(last) if Rc::ptr_eq(last, segment) => self.segments.len() - 1,
             _ => {
@@ -152,6 +176,60 @@ impl ChangeSetBuilder {
         );
     }
 
+    /// A change added after framed groups: the block's groups of single changes come
+    /// before the framed ones, so it is framed too (copied, a group of its own) to keep
+    /// its key group's order.
+    fn push_after_framed(&mut self, key_group: i32, value: &[u8]) {
+        let start = self.own_framed.len();
+        self.own_framed.extend_from_slice(&1i32.to_be_bytes());
+        self.own_framed.extend_from_slice(&key_group.to_be_bytes());
+        self.own_framed
+            .extend_from_slice(&(value.len() as i32).to_be_bytes());
+        self.own_framed.extend_from_slice(value);
+        let len = (self.own_framed.len() - start) as u32;
+        match self.framed.last_mut() {
+            Some(last) if last.segment == OWN && last.start + last.len == start as u32 => {
+                last.len += len;
+            }
+            _ => self.framed.push(FramedRange {
+                segment: OWN,
+                start: start as u32,
+                len,
+            }),
+        }
+        self.framed_groups += 1;
+        self.framed_changes += 1;
+        self.payload += value.len() as u64;
+    }
+
+    /// Adds `groups` whole groups (holding `changes` changes and `payload` value bytes)
+    /// that lie framed as in a block at `segment[range]`: they are lent as they are,
+    /// in arrival order, after the groups of the other changes.
+    pub fn push_framed_groups(
+        &mut self,
+        segment: &Rc<Vec<u8>>,
+        range: Range<usize>,
+        groups: usize,
+        changes: usize,
+        payload: u64,
+    ) {
+        let index = match self.segments.last() {
+            Some(last) if Rc::ptr_eq(last, segment) => self.segments.len() - 1,
+            _ => {
+                self.segments.push(segment.clone());
+                self.segments.len() - 1
+            }
+        };
+        self.framed.push(FramedRange {
+            segment: index as u32,
+            start: range.start as u32,
+            len: (range.end - range.start) as u32,
+        });
+        self.framed_groups += groups;
+        self.framed_changes += changes;
+        self.payload += payload;
+    }
+
     fn record(&mut self, key_group: i32, segment: u32, start: u32, len: u32) {
         self.entries.push(Entry {
             key_group,
@@ -164,12 +242,12 @@ impl ChangeSetBuilder {
 
     /// Number of changes.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.framed_changes
     }
 
     /// True when no change was added.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.framed.is_empty()
     }
 
     /// Payload bytes (the sum of value lengths).
@@ -187,9 +265,9 @@ impl ChangeSetBuilder {
     }
 
     /// Like [`ChangeSetBuilder::encode`], but values of [`GATHER_MIN`] bytes and more that
-    /// arrived in a shared segment stay there: the [`Block`] references them, so the one
-    /// who copies the block out (a host, out of the sandbox) copies those bytes once
-    /// instead of twice.
+    /// arrived in a shared segment, and framed batches, stay there: the [`Block`]
+    /// references them, so the one who copies the block out (a host, out of the sandbox)
+    /// copies those bytes once instead of twice.
     pub fn block(&mut self) -> Block {
         self.finish(GATHER_MIN)
     }
@@ -213,7 +291,18 @@ impl ChangeSetBuilder {
             }
         }
         let n = order.len();
-        let len = 4 + groups * 8 + n * 4 + self.payload as usize;
+        let framed_len: usize = self.framed.iter().map(|f| f.len as usize).sum();
+        let framed_payload = framed_len - self.framed_changes * 4 - self.framed_groups * 8;
+        let len = 4 + groups * 8 + n * 4 + (self.payload as usize - framed_payload) + framed_len;
+        let keep_framed = gather_min != u32::MAX;
+        if keep_framed {
+            gathered_bytes += self
+                .framed
+                .iter()
+                .filter(|f| f.segment != OWN)
+                .map(|f| f.len as usize)
+                .sum::<usize>();
+        }
         let mut block = Block {
             inline: Vec::with_capacity(len - gathered_bytes),
             segments: Vec::new(),
@@ -221,7 +310,7 @@ impl ChangeSetBuilder {
             len,
         };
         let out = &mut block.inline;
-        out.extend_from_slice(&(groups as i32).to_be_bytes());
+        out.extend_from_slice(&((groups + self.framed_groups) as i32).to_be_bytes());
         let mut i = 0;
         while i < n {
             let key_group = self.entries[order[i] as usize].key_group;
@@ -254,6 +343,23 @@ impl ChangeSetBuilder {
             }
             i = end;
         }
+        for f in &self.framed {
+            if f.segment == OWN {
+                out.extend_from_slice(
+                    &self.own_framed[f.start as usize..(f.start + f.len) as usize],
+                );
+            } else if keep_framed {
+                block.gathered.push(Gathered {
+                    at: out.len(),
+                    segment: f.segment,
+                    start: f.start,
+                    len: f.len,
+                });
+            } else {
+                let source = &self.segments[f.segment as usize][..];
+                out.extend_from_slice(&source[f.start as usize..(f.start + f.len) as usize]);
+            }
+        }
         debug_assert_eq!(out.len() + gathered_bytes, len);
         if block.gathered.is_empty() {
             self.segments.clear();
@@ -264,43 +370,134 @@ impl ChangeSetBuilder {
         self.order.clear();
         self.own.clear();
         self.entries.clear();
+        self.framed.clear();
+        self.own_framed.clear();
+        self.framed_groups = 0;
+        self.framed_changes = 0;
         self.payload = 0;
         block
     }
 
     /// Fills `order` with the entry indexes sorted by key group, append order kept.
     fn sort(&mut self) {
-        self.order.clear();
-        let Some(min) = self.entries.iter().map(|e| e.key_group).min() else {
-            return;
-        };
-        let max = self
-            .entries
-            .iter()
-            .map(|e| e.key_group)
-            .max()
-            .unwrap_or(min);
-        let span = max as i64 - min as i64 + 1;
-        if span > COUNTING_SORT_SPAN {
-            self.order.extend(0..self.entries.len() as u32);
-            let entries = &self.entries;
-            self.order.sort_by_key(|&i| entries[i as usize].key_group);
-            return;
+        let entries = &self.entries;
+        order_by_key_group(
+            entries.len(),
+            |i| entries[i].key_group,
+            &mut self.order,
+            &mut self.counts,
+        );
+    }
+}
+
+/// Fills `order` with the indexes `0..n`, sorted by `key_group(i)` with append order kept
+/// within a key group (a counting sort, `counts` its scratch, unless the key groups span
+/// too widely); returns the number of distinct key groups.
+fn order_by_key_group(
+    n: usize,
+    key_group: impl Fn(usize) -> i32,
+    order: &mut Vec<u32>,
+    counts: &mut Vec<u32>,
+) -> usize {
+    order.clear();
+    let Some(min) = (0..n).map(&key_group).min() else {
+        return 0;
+    };
+    let max = (0..n).map(&key_group).max().unwrap_or(min);
+    let span = max as i64 - min as i64 + 1;
+    if span > COUNTING_SORT_SPAN {
+        order.extend(0..n as u32);
+        order.sort_by_key(|&i| key_group(i as usize));
+        return order
+            .windows(2)
+            .filter(|w| key_group(w[0] as usize) != key_group(w[1] as usize))
+            .count()
+            + 1;
+    }
+    // Counting sort: where each key group starts, then every index in append order.
+    counts.clear();
+    counts.resize(span as usize + 1, 0);
+    for i in 0..n {
+        counts[(key_group(i) as i64 - min as i64) as usize + 1] += 1;
+    }
+    let groups = counts.iter().filter(|&&c| c > 0).count();
+    for k in 1..counts.len() {
+        counts[k] += counts[k - 1];
+    }
+    order.resize(n, 0);
+    for i in 0..n {
+        let slot = &mut counts[(key_group(i) as i64 - min as i64) as usize];
+        order[*slot as usize] = i as u32;
+        *slot += 1;
+    }
+    groups
+}
+
+/// A packed batch (`lengths[i]` bytes of `data` belong to `key_groups[i]`; its columns
+/// agree and its lengths add up to its data) as change-set groups, one per key group in
+/// ascending order, each key group's changes in append order: what a host hands a writer
+/// framed ([`ChangeSetBuilder::push_framed_groups`]), ordering the values in the one copy
+/// that brings them to the writer.
+#[derive(Debug, Default)]
+pub struct FramedBatch {
+    order: Vec<u32>,
+    counts: Vec<u32>,
+    /// Where each value starts in `data`.
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl FramedBatch {
+    /// Orders a batch for [`FramedBatch::write`]; `self` keeps its scratch memory for the
+    /// next batch.
+    pub fn order(&mut self, key_groups: &[i32], lengths: &[u32]) {
+        let groups = order_by_key_group(
+            key_groups.len(),
+            |i| key_groups[i],
+            &mut self.order,
+            &mut self.counts,
+        );
+        self.starts.clear();
+        let mut start = 0usize;
+        for &len in lengths {
+            self.starts.push(start);
+            start += len as usize;
         }
-        // Counting sort: where each key group starts, then every entry in append order.
-        self.counts.clear();
-        self.counts.resize(span as usize + 1, 0);
-        for e in &self.entries {
-            self.counts[(e.key_group as i64 - min as i64) as usize + 1] += 1;
-        }
-        for k in 1..self.counts.len() {
-            self.counts[k] += self.counts[k - 1];
-        }
-        self.order.resize(self.entries.len(), 0);
-        for (i, e) in self.entries.iter().enumerate() {
-            let slot = &mut self.counts[(e.key_group as i64 - min as i64) as usize];
-            self.order[*slot as usize] = i as u32;
-            *slot += 1;
+        self.len = start + 4 * key_groups.len() + 8 * groups;
+    }
+
+    /// Bytes of the framed batch last ordered.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a batch of no changes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes the batch last ordered (the same columns) into `out`, [`FramedBatch::len`]
+    /// bytes.
+    pub fn write(&self, out: &mut [u8], key_groups: &[i32], lengths: &[u32], data: &[u8]) {
+        let n = self.order.len();
+        let (mut at, mut k) = (0usize, 0usize);
+        while k < n {
+            let key_group = key_groups[self.order[k] as usize];
+            let end = k + self.order[k..]
+                .iter()
+                .take_while(|&&i| key_groups[i as usize] == key_group)
+                .count();
+            out[at..at + 4].copy_from_slice(&((end - k) as i32).to_be_bytes());
+            out[at + 4..at + 8].copy_from_slice(&key_group.to_be_bytes());
+            at += 8;
+            for &i in &self.order[k..end] {
+                let len = lengths[i as usize] as usize;
+                let from = self.starts[i as usize];
+                out[at..at + 4].copy_from_slice(&(len as i32).to_be_bytes());
+                out[at + 4..at + 4 + len].copy_from_slice(&data[from..from + len]);
+                at += 4 + len;
+            }
+            k = end;
         }
     }
 }
@@ -320,8 +517,8 @@ pub fn encode_change_set<'a>(changes: impl IntoIterator<Item = (i32, &'a [u8])>)
 pub const GATHER_MIN: u32 = 1024;
 
 /// One change-set block as a writer keeps it until upload: the format's bytes in order,
-/// as pieces. Headers and small values lie in one inline buffer; large values stay in the
-/// shared segment they arrived in (see [`ChangeSetBuilder::block`]).
+/// as pieces. Headers and small values lie in one inline buffer; large values and framed
+/// batches stay in the shared segment they arrived in (see [`ChangeSetBuilder::block`]).
 #[derive(Debug, Clone, Default)]
 pub struct Block {
     /// Headers and copied values, in block order, with the gathered values left out.
@@ -1086,6 +1283,61 @@ mod tests {
             prop_assert_eq!(block_payload(&[&encoded]), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
             prop_assert_eq!(encoded, copied);
             prop_assert!(builder.is_empty());
+        }
+
+        /// Changes handed over framed, in batches of groups in any order, beside changes
+        /// pushed one by one: the block holds the same changes, each key group's in the
+        /// order they were added, lends the framed bytes as they are, and `encode` makes
+        /// the same bytes.
+        #[test]
+        fn framed_groups_keep_each_key_groups_order(
+            changes in proptest::collection::vec((-1i32..6, proptest::collection::vec(any::<u8>(), 0..40)), 0..60),
+            single in proptest::collection::vec(any::<bool>(), 60),
+            batch in 1usize..12,
+        ) {
+            let mut builder = ChangeSetBuilder::default();
+            let mut i = 0;
+            while i < changes.len() {
+                if single[i] {
+                    builder.push(changes[i].0, &changes[i].1);
+                    i += 1;
+                    continue;
+                }
+                // A batch framed as a host does: its groups by descending key group.
+                let end = (i + batch).min(changes.len());
+                let mut part: Vec<&(i32, Vec<u8>)> = changes[i..end].iter().collect();
+                part.sort_by_key(|c| std::cmp::Reverse(c.0));
+                let mut framed = Vec::new();
+                let (mut groups, mut payload) = (0, 0);
+                for run in part.chunk_by(|a, b| a.0 == b.0) {
+                    framed.extend_from_slice(&(run.len() as i32).to_be_bytes());
+                    framed.extend_from_slice(&run[0].0.to_be_bytes());
+                    for (_, v) in run {
+                        framed.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                        framed.extend_from_slice(v);
+                        payload += v.len() as u64;
+                    }
+                    groups += 1;
+                }
+                let len = framed.len();
+                builder.push_framed_groups(&Rc::new(framed), 0..len, groups, end - i, payload);
+                i = end;
+            }
+            prop_assert_eq!(builder.len(), changes.len());
+            let total: u64 = changes.iter().map(|c| c.1.len() as u64).sum();
+            prop_assert_eq!(builder.payload_size(), total);
+            let mut copy = builder.clone();
+            let block = builder.block();
+            let joined = block.pieces().concat();
+            prop_assert_eq!(block.len(), joined.len());
+            prop_assert_eq!(copy.encode(), joined.clone());
+            prop_assert_eq!(block_payload(&block.pieces()), Ok(total));
+            let read = decode_change_set(&joined, 0).unwrap();
+            for key_group in -1..6 {
+                let want: Vec<&Vec<u8>> = changes.iter().filter(|c| c.0 == key_group).map(|c| &c.1).collect();
+                let got: Vec<&Vec<u8>> = read.iter().filter(|c| c.key_group == key_group).map(|c| &c.value).collect();
+                prop_assert_eq!(got, want);
+            }
         }
 
         /// A block keeps large shared values in their segments; its pieces, put together,

@@ -145,6 +145,16 @@ impl HandOff {
         self.open
     }
 
+    /// Query: the bytes the next batch handed over may bring before the writer's open
+    /// change set reaches the threshold (what is buffered not counted, since it is that
+    /// batch or goes first; 0 when the next append must hand over at once). A host that
+    /// hands over batches the writer checks as a whole cuts them where this runs out, so
+    /// the writer uploads at the same append as it would take them one by one.
+    pub fn room(&self) -> u64 {
+        let handed = self.open.saturating_sub(self.bytes as u64);
+        self.threshold.saturating_sub(handed)
+    }
+
     /// Query: what may be buffered from now on (see [`Budget`]).
     pub fn budget(&self) -> Budget {
         Budget {
@@ -187,6 +197,35 @@ mod tests {
         // The writer uploaded pre-emptively: nothing open.
         h.handed_over(Ok(0));
         assert_eq!(h.append(10), Append::Buffer);
+    }
+
+    #[test]
+    fn room_counts_what_was_handed_over_not_what_is_buffered() {
+        let mut h = HandOff::new(100);
+        assert_eq!(h.room(), 100);
+        h.append(30);
+        h.append(20);
+        assert_eq!(
+            h.room(),
+            100,
+            "the buffer is the next batch: all of it is room"
+        );
+        h.handed_over(Ok(50));
+        assert_eq!(h.room(), 50);
+        h.append(60);
+        assert_eq!(
+            h.room(),
+            50,
+            "the buffered 60 bytes reach the threshold at 50"
+        );
+        h.handed_over(Err(&already_failed()));
+        assert_eq!(
+            h.room(),
+            0,
+            "after a refused upload, the next append hands over"
+        );
+        h.rolled_over();
+        assert_eq!(h.room(), 100);
     }
 
     #[test]

@@ -72,6 +72,44 @@ impl WriterConfig {
         Ok(())
     }
 
+    /// Checks a packed batch (`lengths[i]` bytes of `data_len` belong to
+    /// `key_groups[i]`, -1 for metadata) before anything of it is appended. Shared with
+    /// the host, which checks a batch before it frames it into the writer.
+    pub fn check_batch(
+        &self,
+        key_groups: &[i32],
+        lengths: &[u32],
+        data_len: usize,
+    ) -> Result<(), WriterError> {
+        if key_groups.len() != lengths.len() {
+            return Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
+                BatchColumns {
+                    key_groups: key_groups.len() as u64,
+                    lengths: lengths.len() as u64,
+                },
+            )));
+        }
+        let total: u64 = lengths.iter().map(|&l| l as u64).sum();
+        if total != data_len as u64 {
+            return Err(WriterError::InvalidArgument(InvalidArgument::BatchLengths(
+                BatchLengths {
+                    total,
+                    data: data_len as u64,
+                },
+            )));
+        }
+        for (&key_group, &len) in key_groups.iter().zip(lengths) {
+            if key_group < META_KEY_GROUP {
+                return Err(WriterError::InvalidArgument(
+                    InvalidArgument::NegativeBatchKeyGroup(key_group),
+                ));
+            }
+            self.check_in_range(key_group)?;
+            Self::check_length(len as usize)?;
+        }
+        Ok(())
+    }
+
     /// Checks a value's length against the format's `i32` lengths.
     pub fn check_length(len: usize) -> Result<(), WriterError> {
         if len > i32::MAX as usize {
@@ -259,6 +297,80 @@ impl Writer {
         Ok(())
     }
 
+    /// Appends changes handed over framed as a block frames them, one or more whole
+    /// groups (`changeCount keyGroup (length value){changeCount}`), kept as they are and
+    /// lent in arrival order. Checks the whole batch before appending anything.
+    pub fn append_framed_owned(
+        &mut self,
+        fx: &mut impl Effects,
+        data: Vec<u8>,
+    ) -> Result<(), WriterError> {
+        self.ensure_open(Operation::AppendBatch)?;
+        // A frame that does not fit: `end` is where the frames, read as far as they go,
+        // say the batch ends.
+        let bad = |end: usize| {
+            WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
+                total: end as u64,
+                data: data.len() as u64,
+            }))
+        };
+        let i32_at = |at: usize| -> Option<i32> {
+            Some(i32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+        };
+        // Check everything first.
+        let mut at = 0usize;
+        while at < data.len() {
+            let (Some(count), Some(key_group)) = (i32_at(at), i32_at(at + 4)) else {
+                return Err(bad(at + 8));
+            };
+            if count < 0 {
+                return Err(bad(at + 8));
+            }
+            if key_group < META_KEY_GROUP {
+                return Err(WriterError::InvalidArgument(
+                    InvalidArgument::NegativeBatchKeyGroup(key_group),
+                ));
+            }
+            self.check_in_range(key_group)?;
+            at += 8;
+            for _ in 0..count {
+                let len = i32_at(at).ok_or_else(|| bad(at + 4))?;
+                if len < 0 {
+                    return Err(bad(at + 4));
+                }
+                at += 4;
+                if data.len() - at < len as usize {
+                    return Err(bad(at + len as usize));
+                }
+                at += len as usize;
+            }
+        }
+        // Then append the batch as it is. The threshold is checked after it: a host
+        // cuts batches where the open change set reaches it (`handoff::HandOff::room`),
+        // and a batch's groups are in key-group order, not in the order of the appends.
+        let (mut groups, mut changes, mut payload) = (0usize, 0usize, 0u64);
+        let mut at = 0usize;
+        while at < data.len() {
+            let count = i32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+            at += 8;
+            for _ in 0..count {
+                let len = i32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+                at += 4 + len;
+                payload += len as u64;
+            }
+            groups += 1;
+            changes += count;
+        }
+        if changes > 0 {
+            let len = data.len();
+            let segment = std::rc::Rc::new(data);
+            self.active
+                .push_framed_groups(&segment, 0..len, groups, changes, payload);
+            self.after_push(fx)?;
+        }
+        Ok(())
+    }
+
     /// Checks a whole packed batch before anything of it is appended.
     fn check_batch(
         &self,
@@ -267,33 +379,7 @@ impl Writer {
         data_len: usize,
     ) -> Result<(), WriterError> {
         self.ensure_open(Operation::AppendBatch)?;
-        if key_groups.len() != lengths.len() {
-            return Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
-                BatchColumns {
-                    key_groups: key_groups.len() as u64,
-                    lengths: lengths.len() as u64,
-                },
-            )));
-        }
-        let total: u64 = lengths.iter().map(|&l| l as u64).sum();
-        if total != data_len as u64 {
-            return Err(WriterError::InvalidArgument(InvalidArgument::BatchLengths(
-                BatchLengths {
-                    total,
-                    data: data_len as u64,
-                },
-            )));
-        }
-        for (&key_group, &len) in key_groups.iter().zip(lengths) {
-            if key_group < META_KEY_GROUP {
-                return Err(WriterError::InvalidArgument(
-                    InvalidArgument::NegativeBatchKeyGroup(key_group),
-                ));
-            }
-            self.check_in_range(key_group)?;
-            Self::check_length(len as usize)?;
-        }
-        Ok(())
+        self.config.check_batch(key_groups, lengths, data_len)
     }
 
     fn push(

@@ -729,9 +729,10 @@ impl Run {
             let got = self.read(remote)?;
             ensure!(
                 got == changes(spec)?,
-                "read back {} changes that differ from the expected {}",
+                "read back {} changes that differ from the expected {}: {:?}",
                 got.len(),
-                spec.as_array().map_or(0, Vec::len)
+                spec.as_array().map_or(0, Vec::len),
+                got.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
             );
         }
         if let Some(spec) = expect.get("local_changes") {

@@ -15,33 +15,16 @@ use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{
     Changelog, ChangelogPre, from_wit_completions, from_wit_error, from_wit_reply, to_wit_config,
-    to_wit_result,
+    to_wit_result, wit,
 };
 use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
+use super::framed::Framed;
+pub(crate) use super::framed::Packed;
 use super::trap::Trap;
 use crate::registry::WriterId;
 use crate::services::Services;
 use crate::upload::UploadOutcome;
-
-/// Changes as packed columns, as `append-batch` and `persist` take them: `lengths[i]`
-/// bytes of `data` belong to `key_groups[i]`.
-#[derive(Clone, Copy)]
-pub(crate) struct Packed<'a> {
-    pub key_groups: &'a [i32],
-    pub lengths: &'a [u32],
-    pub data: &'a [u8],
-}
-
-impl<'a> Packed<'a> {
-    pub fn new(key_groups: &'a [i32], lengths: &'a [u32], data: &'a [u8]) -> Self {
-        Self {
-            key_groups,
-            lengths,
-            data,
-        }
-    }
-}
 
 /// The outcome of one call: the guest's answer, or the trap that ended the sandbox.
 pub(crate) type Call<T> = Result<Result<T, WriterError>, Trap>;
@@ -94,6 +77,11 @@ pub(crate) struct Instance {
     store: ManuallyDrop<Store<WriterCtx>>,
     bindings: Changelog,
     resource: ResourceAny,
+    /// The writer's `append-framed` and `persist-framed` exports.
+    append_framed: wasmtime::component::Func,
+    persist_framed: wasmtime::component::Func,
+    /// Scratch of framing batches.
+    framing: super::framed::Framing,
     call_timeout: Duration,
     /// Export calls made so far, for dstl's tests of what one writer call costs.
     pub calls: u64,
@@ -122,19 +110,41 @@ impl Instance {
                 links.clone(),
             );
             let mut store = new_store(pre.engine(), ctx);
-            let created = pre.instantiate(&mut store).and_then(|bindings| {
-                let resource = bindings
-                    .dstl_changelog_writer()
-                    .writer()
-                    .call_constructor(&mut store, &to_wit_config(config.clone()))?;
-                Ok((bindings, resource))
-            });
+            let created = pre
+                .instance_pre()
+                .instantiate(&mut store)
+                .and_then(|instance| {
+                    let bindings = Changelog::new(&mut store, &instance)?;
+                    let interface = instance
+                        .get_export_index(&mut store, None, "dstl:changelog/writer@0.1.0")
+                        .ok_or_else(|| wasmtime::format_err!("no writer interface"))?;
+                    let mut method = |name: &str| {
+                        let index = instance
+                            .get_export_index(&mut store, Some(&interface), name)
+                            .ok_or_else(|| {
+                                wasmtime::format_err!("the component exports no {name}")
+                            })?;
+                        instance
+                            .get_func(&mut store, index)
+                            .ok_or_else(|| wasmtime::format_err!("{name} is no function"))
+                    };
+                    let append_framed = method("[method]writer.append-framed")?;
+                    let persist_framed = method("[method]writer.persist-framed")?;
+                    let resource = bindings
+                        .dstl_changelog_writer()
+                        .writer()
+                        .call_constructor(&mut store, &to_wit_config(config.clone()))?;
+                    Ok((bindings, resource, append_framed, persist_framed))
+                });
             let e = match created {
-                Ok((bindings, resource)) => {
+                Ok((bindings, resource, append_framed, persist_framed)) => {
                     return Ok(Self {
                         store: ManuallyDrop::new(store),
                         bindings,
                         resource,
+                        append_framed,
+                        persist_framed,
+                        framing: Default::default(),
                         call_timeout: limits.call_timeout,
                         calls: 0,
                     });
@@ -173,17 +183,32 @@ impl Instance {
         }
     }
 
-    /// `append-batch`: the guest's open bytes afterwards.
+    /// `append-framed` of `batch` (framed while it is lowered): the guest's open bytes
+    /// afterwards.
     pub fn append_batch(&mut self, batch: Packed<'_>) -> Call<u64> {
-        self.call(|b, store, r| {
-            b.dstl_changelog_writer().writer().call_append_batch(
-                store,
-                r,
-                batch.key_groups,
-                batch.lengths,
-                batch.data,
-            )
+        let func = self.append_framed;
+        self.framed_call(batch, |store, r, framed| {
+            let typed =
+                func.typed::<(ResourceAny, Framed<'_>), (Result<u64, wit::WriterError>,)>(&*store)?;
+            Ok(typed.call(store, (r, framed))?.0)
         })
+    }
+
+    /// A call of an export that takes `batch` framed (`framed.rs`).
+    fn framed_call<T>(
+        &mut self,
+        batch: Packed<'_>,
+        f: impl FnOnce(
+            &mut Store<WriterCtx>,
+            ResourceAny,
+            Framed<'_>,
+        ) -> wasmtime::Result<Result<T, wit::WriterError>>,
+    ) -> Call<T> {
+        let mut framing = std::mem::take(&mut self.framing);
+        let framed = framing.frame(batch);
+        let answer = self.call(|_, store, r| f(store, r, framed));
+        self.framing = framing;
+        answer
     }
 
     /// `initial-sequence-number`.
@@ -206,19 +231,19 @@ impl Instance {
         })
     }
 
-    /// `persist`. A snapshot ready at once counts as returned to the caller.
+    /// `persist-framed`: appends `batch` (framed while it is lowered), then persists. A
+    /// snapshot ready at once counts as returned to the caller.
     pub fn persist(&mut self, batch: Packed<'_>, from: u64, checkpoint: i64) -> Call<PersistReply> {
-        let reply = self.call(|b, store, r| {
-            let reply = b.dstl_changelog_writer().writer().call_persist(
-                store,
-                r,
-                batch.key_groups,
-                batch.lengths,
-                batch.data,
-                from,
-                checkpoint,
-            )?;
-            Ok(reply.map(from_wit_reply))
+        let func = self.persist_framed;
+        let reply = self.framed_call(batch, |store, r, framed| {
+            let typed = func.typed::<
+                (ResourceAny, Framed<'_>, u64, i64),
+                (Result<wit::PersistReply, wit::WriterError>,),
+            >(&*store)?;
+            Ok(typed
+                .call(store, (r, framed, from, checkpoint))?
+                .0
+                .map(from_wit_reply))
         })?;
         if let Ok(PersistReply::Ready(snapshot)) = &reply {
             self.hand_out(snapshot)?;

@@ -11,6 +11,7 @@ pub(crate) mod cache;
 pub(crate) mod codec;
 pub(crate) mod context;
 pub(crate) mod engine;
+pub(crate) mod framed;
 pub(crate) mod imports;
 pub(crate) mod instance;
 pub(crate) mod lease;

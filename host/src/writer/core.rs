@@ -7,6 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use dstl_proto::error::{Closed, Operation};
 use dstl_proto::handoff::HandOff;
 use dstl_proto::types::{PersistReply, SnapshotResult, WriterConfig, WriterError};
 
@@ -217,12 +218,13 @@ impl WriterCore {
         result
     }
 
-    /// One `append-batch` call, whose answer goes to the hand-off rule.
+    /// Appends `batch`: checked here, then framed into the guest (`append-framed`) in
+    /// as many calls as it takes to cut it where the open change set reaches the
+    /// pre-emptive threshold, so the writer uploads at the same append as it would take
+    /// them one by one. Each answer goes to the hand-off rule.
     pub fn append_batch(&self, state: &mut WriterState, batch: Packed<'_>) -> Result<(), Error> {
         let result = self.invoke(state, |instance, book| {
-            let open = instance.append_batch(batch)?;
-            book.hand_off.handed_over(open.as_ref().copied());
-            Ok(open.map(|_| ()))
+            append_framed(instance, book, &self.config, batch, false).map(|r| r.map(drop))
         });
         self.appended(&result, batch);
         result
@@ -237,7 +239,15 @@ impl WriterCore {
         checkpoint: i64,
     ) -> Result<PersistFuture, Error> {
         let result = self.invoke(state, |instance, book| {
-            let reply = instance.persist(batch, from, checkpoint)?;
+            // Parts of the batch before the threshold's cut go first; the rest goes along.
+            let rest = match batch.key_groups.is_empty() {
+                true => Ok(batch),
+                false => append_framed(instance, book, &self.config, batch, true)?,
+            };
+            let reply = match rest {
+                Ok(rest) => instance.persist(rest, from, checkpoint)?,
+                Err(e) => Err(e),
+            };
             book.hand_off.persisted(reply.as_ref().err());
             Ok(reply.map(|reply| match reply {
                 PersistReply::Ready(snapshot) => {
@@ -319,5 +329,60 @@ impl Drop for Locked<'_> {
         // a thread whose `try_lock` failed is seen here (see `mailbox.rs`).
         drop(self.state.take());
         self.core.pump();
+    }
+}
+
+/// `batch` framed into the guest (`append-framed`), checked first, in as many calls as
+/// it takes to cut it where the open change set reaches the pre-emptive threshold (see
+/// `WriterCore::append_batch`); each answer goes to the hand-off rule. With `keep_last`,
+/// the last part is not sent but answered, for a `persist-framed` to take along.
+fn append_framed<'a>(
+    instance: &mut Instance,
+    book: &mut Bookkeeping,
+    config: &WriterConfig,
+    batch: Packed<'a>,
+    keep_last: bool,
+) -> Call<Packed<'a>> {
+    // The guest's checks, in its order, before any part of the batch reaches it.
+    if book.closed {
+        return Ok(Err(WriterError::Closed(Closed::AfterClose(
+            Operation::AppendBatch,
+        ))));
+    }
+    if let Err(e) = config.check_batch(batch.key_groups, batch.lengths, batch.data.len()) {
+        return Ok(Err(e));
+    }
+    let (mut first, mut start) = (0usize, 0usize);
+    loop {
+        // The cut: the change that brings the open bytes to the threshold.
+        let room = book.hand_off.room();
+        let (mut bytes, mut end, mut data_end) = (0u64, first, start);
+        while end < batch.lengths.len() {
+            let len = batch.lengths[end] as usize;
+            bytes += len as u64;
+            data_end += len;
+            end += 1;
+            if bytes >= room {
+                break;
+            }
+        }
+        let part = Packed::new(
+            &batch.key_groups[first..end],
+            &batch.lengths[first..end],
+            &batch.data[start..data_end],
+        );
+        if keep_last && end == batch.lengths.len() {
+            return Ok(Ok(part));
+        }
+        let open = instance.append_batch(part)?;
+        book.hand_off.handed_over(open.as_ref().copied());
+        if let Err(e) = open {
+            return Ok(Err(e));
+        }
+        (first, start) = (end, data_end);
+        // An empty batch is still one call: the writer answers it (after close, an error).
+        if first >= batch.lengths.len() {
+            return Ok(Ok(Packed::new(&[], &[], &[])));
+        }
     }
 }

@@ -1288,6 +1288,112 @@ fn packed_batch_preemptive_persists_like_individual_appends() {
     assert_eq!(fx_batched.scheduled, fx_single.scheduled);
 }
 
+/// `changes` framed as a host frames a batch: one group per key group, in the order given.
+fn framed(groups: &[(i32, &[&[u8]])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (key_group, values) in groups {
+        out.extend_from_slice(&(values.len() as i32).to_be_bytes());
+        out.extend_from_slice(&key_group.to_be_bytes());
+        for v in *values {
+            out.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+    out
+}
+
+#[test]
+fn framed_batches_are_kept_as_they_are_and_checked_whole_first() {
+    let (mut w, mut fx) = open(u64::MAX);
+    w.append(&mut fx, 2, b"x").unwrap();
+    w.append_framed_owned(
+        &mut fx,
+        framed(&[(-1, &[b"m"]), (2, &[b"y", b""]), (0, &[b"z"])]),
+    )
+    .unwrap();
+    w.append(&mut fx, 2, b"after").unwrap();
+    w.append_framed_owned(&mut fx, Vec::new()).unwrap();
+    pending(w.persist(&mut fx, 0, 1));
+    let set = &fx.scheduled[0].change_sets[0];
+    assert_eq!(set.size, 9);
+    let changes = decode_change_set(&set.block.to_vec(), 0).unwrap();
+    // Each key group's changes in the order they came; the framed groups as they were.
+    assert_eq!(
+        changes,
+        vec![
+            change(2, b"x"),
+            change(META_KEY_GROUP, b"m"),
+            change(2, b"y"),
+            change(2, b""),
+            change(0, b"z"),
+            change(2, b"after"),
+        ]
+    );
+    // A malformed batch, or one with a change the writer refuses, appends nothing.
+    let whole = framed(&[(1, &[b"ok"]), (3, &[b"abc"])]);
+    let lengths = |total: u64, data: usize| {
+        Err(WriterError::InvalidArgument(InvalidArgument::BatchLengths(
+            BatchLengths {
+                total,
+                data: data as u64,
+            },
+        )))
+    };
+    let cases: Vec<(&str, Vec<u8>, Result<(), WriterError>)> = vec![
+        (
+            "cut short",
+            whole[..whole.len() - 1].to_vec(),
+            lengths(29, 28),
+        ),
+        (
+            "a negative count",
+            vec![0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0],
+            lengths(8, 9),
+        ),
+        ("a header cut short", vec![0, 0, 0, 1, 0, 0], lengths(8, 6)),
+        (
+            "a key group outside the range",
+            framed(&[(1, &[b"ok"]), (10, &[b"a"])]),
+            Err(WriterError::InvalidArgument(InvalidArgument::OutsideRange(
+                OutsideRange {
+                    key_group: 10,
+                    range: KeyGroupRange { start: 0, end: 9 },
+                },
+            ))),
+        ),
+        (
+            "a key group below -1",
+            framed(&[(-2, &[b"a"])]),
+            Err(WriterError::InvalidArgument(
+                InvalidArgument::NegativeBatchKeyGroup(-2),
+            )),
+        ),
+    ];
+    for (name, data, expected) in cases {
+        let (mut w, mut fx) = open(1);
+        assert_eq!(w.append_framed_owned(&mut fx, data), expected, "{name}");
+        assert!(fx.scheduled.is_empty(), "{name}");
+        assert_eq!(w.next_sequence_number(), 0, "{name}: nothing appended");
+    }
+}
+
+#[test]
+fn a_framed_batch_reaching_the_threshold_is_uploaded_after_it() {
+    let (mut w, mut fx) = open(10);
+    w.append_framed_owned(&mut fx, framed(&[(0, &[b"12345"]), (1, &[b"1234"])]))
+        .unwrap();
+    assert!(fx.scheduled.is_empty(), "9 bytes are below the threshold");
+    w.append_framed_owned(&mut fx, framed(&[(0, &[b"1"]), (3, &[b"abc"])]))
+        .unwrap();
+    assert_eq!(
+        fx.scheduled_sqns(),
+        vec![vec![0]],
+        "at 13 bytes, after the batch"
+    );
+    assert_eq!(fx.scheduled[0].change_sets[0].size, 13);
+    assert_eq!(w.active_sequence_number(), 1);
+}
+
 // ---------------------------------------------------------------------------------------
 // Deliberate fixes (F1–F15) and other port behaviour
 // ---------------------------------------------------------------------------------------

@@ -202,6 +202,16 @@ impl GuestWriter for Hostile {
         Ok(0)
     }
 
+    /// Runs the first change's value as a command, as `append-batch` runs its data.
+    fn append_framed(&self, data: Vec<u8>) -> Result<u64, w::WriterError> {
+        let command = data
+            .get(12..)
+            .ok_or_else(|| invalid("a framed batch without a change".into()))?;
+        let command = String::from_utf8(command.to_vec()).map_err(|e| invalid(e.to_string()))?;
+        self.run(&command)?;
+        Ok(0)
+    }
+
     fn append_meta(&self, _value: Vec<u8>) -> Result<(), w::WriterError> {
         Ok(())
     }
@@ -243,6 +253,15 @@ impl GuestWriter for Hostile {
             remote: handle(&path),
             local: None,
         }))
+    }
+
+    fn persist_framed(
+        &self,
+        _data: Vec<u8>,
+        start: u64,
+        checkpoint: i64,
+    ) -> Result<w::PersistReply, w::WriterError> {
+        self.persist(Vec::new(), Vec::new(), Vec::new(), start, checkpoint)
     }
 
     fn truncate(&self, _to: u64) -> Result<(), w::WriterError> {
