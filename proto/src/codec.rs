@@ -323,42 +323,21 @@ impl ChangeSetBuilder {
             for &e in &order[i..end] {
                 let entry = self.entries[e as usize];
                 out.extend_from_slice(&(entry.len as i32).to_be_bytes());
-                if entry.segment == OWN {
-                    out.extend_from_slice(
-                        &self.own[entry.start as usize..(entry.start + entry.len) as usize],
-                    );
-                } else if entry.len >= gather_min {
-                    block.gathered.push(Gathered {
-                        at: out.len(),
-                        segment: entry.segment,
-                        start: entry.start,
-                        len: entry.len,
-                    });
-                } else {
-                    let source = &self.segments[entry.segment as usize][..];
-                    out.extend_from_slice(
-                        &source[entry.start as usize..(entry.start + entry.len) as usize],
-                    );
-                }
+                let keep = entry.len >= gather_min;
+                let range = (entry.segment, entry.start, entry.len);
+                self.place(out, &mut block.gathered, &self.own, range, keep);
             }
             i = end;
         }
         for f in &self.framed {
-            if f.segment == OWN {
-                out.extend_from_slice(
-                    &self.own_framed[f.start as usize..(f.start + f.len) as usize],
-                );
-            } else if keep_framed {
-                block.gathered.push(Gathered {
-                    at: out.len(),
-                    segment: f.segment,
-                    start: f.start,
-                    len: f.len,
-                });
-            } else {
-                let source = &self.segments[f.segment as usize][..];
-                out.extend_from_slice(&source[f.start as usize..(f.start + f.len) as usize]);
-            }
+            let range = (f.segment, f.start, f.len);
+            self.place(
+                out,
+                &mut block.gathered,
+                &self.own_framed,
+                range,
+                keep_framed,
+            );
         }
         debug_assert_eq!(out.len() + gathered_bytes, len);
         if block.gathered.is_empty() {
@@ -376,6 +355,32 @@ impl ChangeSetBuilder {
         self.framed_changes = 0;
         self.payload = 0;
         block
+    }
+
+    /// Puts the bytes `(segment, start, len)` next in the block: copied after `out` if
+    /// they are the builder's own (`own`, for segment [`OWN`]) or `keep` is false, else
+    /// left where they lie as a piece of the block after `out`'s bytes so far.
+    fn place(
+        &self,
+        out: &mut Vec<u8>,
+        gathered: &mut Vec<Gathered>,
+        own: &[u8],
+        (segment, start, len): (u32, u32, u32),
+        keep: bool,
+    ) {
+        let range = start as usize..(start + len) as usize;
+        if segment == OWN {
+            out.extend_from_slice(&own[range]);
+        } else if keep {
+            gathered.push(Gathered {
+                at: out.len(),
+                segment,
+                start,
+                len,
+            });
+        } else {
+            out.extend_from_slice(&self.segments[segment as usize][range]);
+        }
     }
 
     /// Fills `order` with the entry indexes sorted by key group, append order kept.
