@@ -36,8 +36,9 @@
 //!   [`ChangelogStorage::availability`] instead of blocking.
 //! - **Recovery.** After a failure, the handle of the last completed checkpoint is read
 //!   back with [`ChangelogStorage::read`] or, for many handles sharing files,
-//!   [`Recovery`]; the changes come back per change set, metadata first, then key group by
-//!   key group in append order. [`manifest::Manifest`] is a JSON form of a handle.
+//!   [`Recovery`]; the changes come back per change set, each key group's in append order
+//!   (a batch's key group by key group, metadata first). [`manifest::Manifest`] is a JSON
+//!   form of a handle.
 //!
 //! Every precondition violation is a typed [`Error`]; a writer whose sandbox fails is
 //! [`Error::Trapped`] and the others carry on.
@@ -62,7 +63,8 @@
 //! // The coordinator completed checkpoint 1.
 //! writer.confirm(0, to, 1)?;
 //!
-//! // Recovery reads the checkpoint's handle back: metadata first, then by key group.
+//! // Recovery reads the checkpoint's handle back; the buffered appends went to the writer
+//! // as one batch, which it keeps key group by key group, metadata first.
 //! let changes = storage.read(&snapshot.remote)?;
 //! let values: Vec<&[u8]> = changes.iter().map(|c| c.value.as_slice()).collect();
 //! assert_eq!(values, [&b"schema v1"[..], b"count=1", b"count=4"]);

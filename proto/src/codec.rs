@@ -258,8 +258,9 @@ impl ChangeSetBuilder {
     /// Encodes the change set as one block and leaves the builder empty.
     ///
     /// Groups are written metadata first, then by ascending key group; changes keep their
-    /// append order within a group. Flink writes groups in `HashMap` order, which readers
-    /// must not rely on; ascending order coincides with it for small cases.
+    /// append order within a group; framed batches follow as they came. Flink writes
+    /// groups in `HashMap` order, which readers must not rely on; ascending order
+    /// coincides with it for small cases.
     pub fn encode(&mut self) -> Vec<u8> {
         self.finish(u32::MAX).inline
     }
@@ -720,8 +721,8 @@ pub fn logical_bytes(file: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, FormatEr
     }
 }
 
-/// A change-set block located in a logical stream; yields its changes in file order
-/// (metadata first, then group by group).
+/// A change-set block located in a logical stream; yields its changes in file order,
+/// group by group.
 pub struct ChangeSetReader<'a> {
     input: &'a [u8],
     /// The logical position of `input[0]`: positions in errors are the file's.

@@ -133,7 +133,8 @@ fn write_one(
         let snapshot = writer.persist(0, checkpoint)?.wait()?;
         writer.confirm(0, to, checkpoint)?;
         // What reading the snapshot must give: the changes so far, change set by change
-        // set, each in the format's order (metadata, then ascending key group).
+        // set. Each set was appended as one batch, which the writer keeps key group by key
+        // group (metadata first).
         let mut expected = Vec::new();
         for set in appended.chunks(workload.checkpoint_every as usize) {
             let mut set: Vec<&(i32, Vec<u8>)> = set.iter().collect();

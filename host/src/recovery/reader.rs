@@ -41,7 +41,8 @@ pub enum ReadError {
 const READ_THREADS: usize = 4;
 
 /// Reads every change of `handle` in order: change sets in handle order; within a change
-/// set, metadata first, then key group by key group in append order.
+/// set, group by group as its block holds them (ARCHITECTURE.md, "The file format"), so
+/// each key group's changes in append order.
 ///
 /// A plain file is fetched with one ranged read covering the change sets the handle
 /// needs; a compressed one whole, since Snappy framing has no index.
