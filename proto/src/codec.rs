@@ -439,6 +439,57 @@ fn order_by_key_group(
     groups
 }
 
+/// What whole framed groups hold ([`framed_groups`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FramedGroups {
+    /// Groups.
+    pub groups: usize,
+    /// Changes in them.
+    pub changes: usize,
+    /// Their values' bytes.
+    pub payload: u64,
+}
+
+/// Reads `data` as whole change-set groups (`changeCount keyGroup (length value)*`, as a
+/// host frames a batch), checking each group's key group with `key_group`. A frame that
+/// does not fit is `Err(Ok(end))`, `end` being where the frames, read as far as they go,
+/// say the data ends; a key group `key_group` refuses is `Err(Err(e))`.
+pub fn framed_groups<E>(
+    data: &[u8],
+    mut key_group: impl FnMut(i32) -> Result<(), E>,
+) -> Result<FramedGroups, Result<usize, E>> {
+    let i32_at = |at: usize| -> Option<i32> {
+        Some(i32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut read = FramedGroups::default();
+    let mut at = 0usize;
+    while at < data.len() {
+        let (Some(count), Some(group)) = (i32_at(at), i32_at(at + 4)) else {
+            return Err(Ok(at + 8));
+        };
+        if count < 0 {
+            return Err(Ok(at + 8));
+        }
+        key_group(group).map_err(Err)?;
+        at += 8;
+        for _ in 0..count {
+            let len = i32_at(at).ok_or(Ok(at + 4))?;
+            if len < 0 {
+                return Err(Ok(at + 4));
+            }
+            at += 4;
+            if data.len() - at < len as usize {
+                return Err(Ok(at + len as usize));
+            }
+            at += len as usize;
+            read.payload += len as u64;
+        }
+        read.groups += 1;
+        read.changes += count as usize;
+    }
+    Ok(read)
+}
+
 /// A packed batch (`lengths[i]` bytes of `data` belong to `key_groups[i]`; its columns
 /// agree and its lengths add up to its data) as change-set groups, one per key group in
 /// ascending order, each key group's changes in append order: what a host hands a writer

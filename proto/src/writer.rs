@@ -306,66 +306,35 @@ impl Writer {
         data: Vec<u8>,
     ) -> Result<(), WriterError> {
         self.ensure_open(Operation::AppendBatch)?;
-        // A frame that does not fit: `end` is where the frames, read as far as they go,
-        // say the batch ends.
-        let bad = |end: usize| {
-            WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
-                total: end as u64,
-                data: data.len() as u64,
-            }))
-        };
-        let i32_at = |at: usize| -> Option<i32> {
-            Some(i32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
-        };
-        // Check everything first.
-        let mut at = 0usize;
-        while at < data.len() {
-            let (Some(count), Some(key_group)) = (i32_at(at), i32_at(at + 4)) else {
-                return Err(bad(at + 8));
-            };
-            if count < 0 {
-                return Err(bad(at + 8));
-            }
+        // Everything is checked before anything is appended.
+        let read = crate::codec::framed_groups(&data, |key_group| {
             if key_group < META_KEY_GROUP {
                 return Err(WriterError::InvalidArgument(
                     InvalidArgument::NegativeBatchKeyGroup(key_group),
                 ));
             }
-            self.check_in_range(key_group)?;
-            at += 8;
-            for _ in 0..count {
-                let len = i32_at(at).ok_or_else(|| bad(at + 4))?;
-                if len < 0 {
-                    return Err(bad(at + 4));
-                }
-                at += 4;
-                if data.len() - at < len as usize {
-                    return Err(bad(at + len as usize));
-                }
-                at += len as usize;
-            }
-        }
-        // Then append the batch as it is. The threshold is checked after it: a host
-        // cuts batches where the open change set reaches it (`handoff::HandOff::room`),
-        // and a batch's groups are in key-group order, not in the order of the appends.
-        let (mut groups, mut changes, mut payload) = (0usize, 0usize, 0u64);
-        let mut at = 0usize;
-        while at < data.len() {
-            let count = i32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
-            at += 8;
-            for _ in 0..count {
-                let len = i32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
-                at += 4 + len;
-                payload += len as u64;
-            }
-            groups += 1;
-            changes += count;
-        }
-        if changes > 0 {
+            self.check_in_range(key_group)
+        })
+        .map_err(|e| match e {
+            Ok(end) => WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
+                total: end as u64,
+                data: data.len() as u64,
+            })),
+            Err(refused) => refused,
+        })?;
+        // Then the batch as it is. The threshold is checked after it: a host cuts batches
+        // where the open change set reaches it (`handoff::HandOff::room`), and a batch's
+        // groups are in key-group order, not in the order of the appends.
+        if read.changes > 0 {
             let len = data.len();
             let segment = std::rc::Rc::new(data);
-            self.active
-                .push_framed_groups(&segment, 0..len, groups, changes, payload);
+            self.active.push_framed_groups(
+                &segment,
+                0..len,
+                read.groups,
+                read.changes,
+                read.payload,
+            );
             self.after_push(fx)?;
         }
         Ok(())
