@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use dstl_proto::types::{
     PersistCompletion, PersistReply, SnapshotResult, WriterConfig, WriterError,
 };
-use wasmtime::component::ResourceAny;
+use wasmtime::component::{ResourceAny, TypedFunc};
 use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{
@@ -25,6 +25,12 @@ use super::trap::Trap;
 use crate::registry::WriterId;
 use crate::services::Services;
 use crate::upload::UploadOutcome;
+
+/// The signatures of `append-framed` and `persist-framed`.
+type AppendFramedParams<'a> = (ResourceAny, Framed<'a>);
+type AppendFramedResults = (Result<u64, wit::WriterError>,);
+type PersistFramedParams<'a> = (ResourceAny, Framed<'a>, u64, i64);
+type PersistFramedResults = (Result<wit::PersistReply, wit::WriterError>,);
 
 /// The outcome of one call: the guest's answer, or the trap that ended the sandbox.
 pub(crate) type Call<T> = Result<Result<T, WriterError>, Trap>;
@@ -130,6 +136,12 @@ impl Instance {
                     };
                     let append_framed = method("[method]writer.append-framed")?;
                     let persist_framed = method("[method]writer.persist-framed")?;
+                    // Checked once here, so each call takes them unchecked (as the
+                    // generated bindings do with theirs).
+                    append_framed
+                        .typed::<AppendFramedParams<'static>, AppendFramedResults>(&store)?;
+                    persist_framed
+                        .typed::<PersistFramedParams<'static>, PersistFramedResults>(&store)?;
                     let resource = bindings
                         .dstl_changelog_writer()
                         .writer()
@@ -186,10 +198,13 @@ impl Instance {
     /// `append-framed` of `batch` (framed while it is lowered): the guest's open bytes
     /// afterwards.
     pub fn append_batch(&mut self, batch: Packed<'_>) -> Call<u64> {
-        let func = self.append_framed;
+        // SAFETY: its type was checked when the instance was made.
+        let typed = unsafe {
+            TypedFunc::<AppendFramedParams<'_>, AppendFramedResults>::new_unchecked(
+                self.append_framed,
+            )
+        };
         self.framed_call(batch, |store, r, framed| {
-            let typed =
-                func.typed::<(ResourceAny, Framed<'_>), (Result<u64, wit::WriterError>,)>(&*store)?;
             Ok(typed.call(store, (r, framed))?.0)
         })
     }
@@ -234,12 +249,13 @@ impl Instance {
     /// `persist-framed`: appends `batch` (framed while it is lowered), then persists. A
     /// snapshot ready at once counts as returned to the caller.
     pub fn persist(&mut self, batch: Packed<'_>, from: u64, checkpoint: i64) -> Call<PersistReply> {
-        let func = self.persist_framed;
+        // SAFETY: its type was checked when the instance was made.
+        let typed = unsafe {
+            TypedFunc::<PersistFramedParams<'_>, PersistFramedResults>::new_unchecked(
+                self.persist_framed,
+            )
+        };
         let reply = self.framed_call(batch, |store, r, framed| {
-            let typed = func.typed::<
-                (ResourceAny, Framed<'_>, u64, i64),
-                (Result<wit::PersistReply, wit::WriterError>,),
-            >(&*store)?;
             Ok(typed
                 .call(store, (r, framed, from, checkpoint))?
                 .0
