@@ -110,6 +110,28 @@ impl WriterConfig {
         Ok(())
     }
 
+    /// Checks a framed batch (whole change-set groups, `changeCount keyGroup (length
+    /// value)*`, as `append-framed` takes them) before anything of it is appended, and
+    /// says what it holds. Shared with the host, which checks a batch its caller framed
+    /// straight into the sandbox.
+    pub fn check_framed(&self, data: &[u8]) -> Result<crate::codec::FramedGroups, WriterError> {
+        crate::codec::framed_groups(data, |key_group| {
+            if key_group < META_KEY_GROUP {
+                return Err(WriterError::InvalidArgument(
+                    InvalidArgument::NegativeBatchKeyGroup(key_group),
+                ));
+            }
+            self.check_in_range(key_group)
+        })
+        .map_err(|e| match e {
+            Ok(end) => WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
+                total: end as u64,
+                data: data.len() as u64,
+            })),
+            Err(refused) => refused,
+        })
+    }
+
     /// Checks a value's length against the format's `i32` lengths.
     pub fn check_length(len: usize) -> Result<(), WriterError> {
         if len > i32::MAX as usize {
@@ -227,10 +249,6 @@ impl Writer {
         self.config.check_change(key_group, 0)
     }
 
-    fn check_in_range(&self, key_group: i32) -> Result<(), WriterError> {
-        self.config.check_in_range(key_group)
-    }
-
     fn check_length(len: usize) -> Result<(), WriterError> {
         WriterConfig::check_length(len)
     }
@@ -307,21 +325,7 @@ impl Writer {
     ) -> Result<(), WriterError> {
         self.ensure_open(Operation::AppendBatch)?;
         // Everything is checked before anything is appended.
-        let read = crate::codec::framed_groups(&data, |key_group| {
-            if key_group < META_KEY_GROUP {
-                return Err(WriterError::InvalidArgument(
-                    InvalidArgument::NegativeBatchKeyGroup(key_group),
-                ));
-            }
-            self.check_in_range(key_group)
-        })
-        .map_err(|e| match e {
-            Ok(end) => WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
-                total: end as u64,
-                data: data.len() as u64,
-            })),
-            Err(refused) => refused,
-        })?;
+        let read = self.config.check_framed(&data)?;
         // Then the batch as it is. The threshold is checked after it: a host cuts batches
         // where the open change set reaches it (`handoff::HandOff::room`), and a batch's
         // groups are in key-group order, not in the order of the appends.

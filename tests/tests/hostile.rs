@@ -176,6 +176,142 @@ fn malformed_packed_batches_are_rejected_whole() {
     still_works(&storage, &w, 2);
 }
 
+/// Change-set groups as a caller frames them for `append_framed`: per group a
+/// big-endian count and key group, then each change's length and bytes.
+fn framed(groups: &[(i32, &[&[u8]])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (key_group, values) in groups {
+        out.extend((values.len() as i32).to_be_bytes());
+        out.extend(key_group.to_be_bytes());
+        for value in *values {
+            out.extend((value.len() as i32).to_be_bytes());
+            out.extend(*value);
+        }
+    }
+    out
+}
+
+/// `bytes` appended through `append_framed`, its fill copying them into the sandbox.
+fn append_framed(writer: &Writer, bytes: &[u8]) -> Result<(), Error> {
+    writer.append_framed(bytes.len(), |out| {
+        out.copy_from_slice(bytes);
+        true
+    })
+}
+
+#[test]
+fn batches_framed_by_the_caller_are_checked_whole_and_kept_as_framed() {
+    let (_tmp, storage) = open_temp(&[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let before = store_entries(&storage);
+    let ok = RANGE.start;
+    let good = framed(&[(ok, &[b"a"])]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("a header cut short", good[..6].to_vec()),
+        ("a value cut short", good[..good.len() - 1].to_vec()),
+        (
+            "a negative count",
+            framed(&[(ok, &[])])
+                .iter()
+                .enumerate()
+                .map(|(i, b)| if i < 4 { 0xff } else { *b })
+                .collect(),
+        ),
+        (
+            "a negative length",
+            [&good[..8], &(-1i32).to_be_bytes()[..], b"a"].concat(),
+        ),
+        ("bytes after the last group", [&good[..], &[0][..]].concat()),
+        ("key group -2", framed(&[(ok, &[b"a"]), (-2, &[b"b"])])),
+        (
+            "key group below range",
+            framed(&[(RANGE.start - 1, &[b"a"])]),
+        ),
+        (
+            "key group above range",
+            framed(&[(ok, &[b"a"]), (RANGE.end + 1, &[b"b"])]),
+        ),
+    ];
+    for (what, bytes) in cases {
+        assert_invalid_argument(append_framed(&w, &bytes), what);
+        assert_eq!(w.failure(), None, "{what}: trapped");
+    }
+    // A fill that gives up appends nothing either, and a persist that takes its batch
+    // along persists nothing.
+    let gave_up = w.append_framed(good.len(), |out| {
+        out[..4].copy_from_slice(&good[..4]);
+        false
+    });
+    assert!(
+        matches!(&gave_up, Err(Error::InvalidArgument(m)) if m.contains("did not write")),
+        "{gave_up:?}"
+    );
+    let gave_up = w.append_framed_and_persist(good.len(), |_| false, 0, 7);
+    assert!(
+        matches!(gave_up, Err(Error::InvalidArgument(_))),
+        "{gave_up:?}"
+    );
+    w.append_framed(0, |_| unreachable!("no bytes to write"))
+        .unwrap();
+    nothing_appended(&w, 0);
+    assert_eq!(
+        store_entries(&storage),
+        before,
+        "a rejected batch writes nothing"
+    );
+
+    // Groups are kept as framed: a key group's changes in the order of its groups,
+    // metadata and empty values included; a single append between batches keeps its
+    // place.
+    let from = w.next_sequence_number().unwrap();
+    append_framed(
+        &w,
+        &framed(&[(-1, &[b"meta"]), (RANGE.end, &[b"x1", b""]), (ok, &[b"y1"])]),
+    )
+    .unwrap();
+    w.append(RANGE.end, b"x2").unwrap();
+    let last = framed(&[(RANGE.end, &[b"x3"]), (ok, &[b"y2"])]);
+    let snapshot = w
+        .append_framed_and_persist(
+            last.len(),
+            |out| {
+                out.copy_from_slice(&last);
+                true
+            },
+            from,
+            1,
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    let read = changes(&storage, &snapshot.remote);
+    let of = |key_group: i32| -> Vec<Vec<u8>> {
+        read.iter()
+            .filter(|(k, _)| *k == key_group)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(of(-1), [b"meta".to_vec()]);
+    assert_eq!(
+        of(RANGE.end),
+        [b"x1".to_vec(), vec![], b"x2".to_vec(), b"x3".to_vec()]
+    );
+    assert_eq!(of(ok), [b"y1".to_vec(), b"y2".to_vec()]);
+    assert_eq!(read.len(), 7);
+
+    w.close().unwrap();
+    let closed = w.append_framed(good.len(), |_| {
+        unreachable!("a closed writer takes nothing")
+    });
+    assert!(
+        matches!(
+            writer_error_for("after close", closed),
+            WriterError::Closed(_)
+        ),
+        "after close"
+    );
+}
+
 #[test]
 fn single_appends_with_bad_key_groups_are_rejected() {
     let (_tmp, storage) = open_temp(&[]);

@@ -4,7 +4,9 @@
 
 use std::ffi::CString;
 
-use jni_sys::{JNIEnv, jbyteArray, jclass, jlong, jlongArray, jobject, jsize};
+use jni_sys::{
+    JNIEnv, jbyteArray, jclass, jlong, jlongArray, jmethodID, jobject, jsize, jthrowable, jvalue,
+};
 
 /// The calling thread's JNI environment, valid for one native call.
 #[derive(Clone, Copy)]
@@ -142,6 +144,72 @@ impl Env {
             let address = (t.GetDirectBufferAddress)(self.0, buffer);
             let capacity = (t.GetDirectBufferCapacity)(self.0, buffer);
             (!address.is_null() && capacity >= 0).then_some((address.cast(), capacity as usize))
+        }
+    }
+
+    /// The id of the instance method `name` with `signature` of `object`'s class; `None`
+    /// (the `NoSuchMethodError` cleared) if it has none.
+    pub fn method(
+        &self,
+        object: jobject,
+        name: &std::ffi::CStr,
+        signature: &std::ffi::CStr,
+    ) -> Option<jmethodID> {
+        let t = self.table();
+        // SAFETY: valid env, a live reference of this call, NUL-terminated strings.
+        unsafe {
+            let class = (t.GetObjectClass)(self.0, object);
+            if class.is_null() {
+                return None;
+            }
+            let method = (t.GetMethodID)(self.0, class, name.as_ptr(), signature.as_ptr());
+            (t.DeleteLocalRef)(self.0, class);
+            if method.is_null() || (t.ExceptionCheck)(self.0) {
+                (t.ExceptionClear)(self.0);
+                return None;
+            }
+            Some(method)
+        }
+    }
+
+    /// Calls the `void (ByteBuffer)` method `method` of `object` with a direct buffer over
+    /// `bytes`, for the length of the call. An exception it throws is taken out of the
+    /// pending state and returned (a local reference), so the native call goes on
+    /// without one pending and rethrows it at the end ([`Env::rethrow`]).
+    pub fn call_with_buffer(
+        &self,
+        object: jobject,
+        method: jmethodID,
+        bytes: &mut [u8],
+    ) -> Result<(), jthrowable> {
+        let t = self.table();
+        // SAFETY: valid env; `object` and `method` are a live reference of this call and a
+        // method of its class taking a ByteBuffer; the buffer covers exactly `bytes`,
+        // which stay valid and unaliased for the call (the Java side keeps no reference
+        // to the buffer past it).
+        unsafe {
+            let buffer =
+                (t.NewDirectByteBuffer)(self.0, bytes.as_mut_ptr().cast(), bytes.len() as jlong);
+            if !buffer.is_null() {
+                let args = [jvalue { l: buffer }];
+                (t.CallVoidMethodA)(self.0, object, method, args.as_ptr());
+                (t.DeleteLocalRef)(self.0, buffer);
+            }
+            let thrown = (t.ExceptionOccurred)(self.0);
+            if thrown.is_null() {
+                return Ok(());
+            }
+            (t.ExceptionClear)(self.0);
+            Err(thrown)
+        }
+    }
+
+    /// Makes `thrown` (from [`Env::call_with_buffer`]) pending again.
+    pub fn rethrow(&self, thrown: jthrowable) {
+        let t = self.table();
+        // SAFETY: valid env and a live local reference of this call.
+        unsafe {
+            (t.Throw)(self.0, thrown);
         }
     }
 }

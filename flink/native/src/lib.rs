@@ -7,7 +7,9 @@
 //!   becomes a Java exception naming the writer (or storage) and the operation.
 //! - **No native thread calls into Java.** Persist outcomes are queued per storage and
 //!   taken by a Java daemon thread that blocks in [`nextCompletion`]; dstl's own threads
-//!   are never attached to the JVM, so none can linger as a non-daemon Java thread.
+//!   are never attached to the JVM, so none can linger as a non-daemon Java thread. The
+//!   one call into Java is the Java writer's own `frame`, on its thread, inside its
+//!   native call (`appendFramed`, `persistFramed`).
 //! - **Handles are boxed pointers** owned by the Java objects that hold them: a storage
 //!   from `openStorage` until `freeStorage`, a writer from `createWriter` until
 //!   `truncateAndClose`/`closeWriter`/`freeWriter`. The Java side never uses one after
@@ -45,7 +47,7 @@ mod metrics;
 mod object_files;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use dstl::{ChangelogStorage, Config, Error, KeyGroupRange, Writer, WriterError};
@@ -62,50 +64,30 @@ struct StorageHandle {
     completions: Completions,
 }
 
-/// One Flink operator's writer and the Java buffers its appends are packed into.
+/// One Flink operator's writer and the Java buffer its hand-off budget is published into.
 struct WriterHandle {
     writer: Writer,
     completions: Completions,
-    /// Key group per change (native-order `int`s), from the Java writer's direct buffer.
-    key_groups: (*mut u8, usize),
-    /// Length per change (native-order `int`s).
-    lengths: (*mut u8, usize),
-    /// The values, back to back.
-    data: (*mut u8, usize),
     /// Where the writer's hand-off budget is published after every call that changes it
     /// ([`WriterHandle::budgeted`]), for the Java writer to count down.
     budget: (*mut u8, usize),
+    /// The Java writer's `frame(ByteBuffer)` (a `jmethodID`), looked up by the first batch.
+    frame: OnceLock<usize>,
 }
 
 /// Bytes of a published budget: `bytes` (a native-order `long`), `changes` and `aloneAt`
 /// (native-order `int`s), as `DstlChangelogWriter.java` reads them.
 const BUDGET_BYTES: usize = 16;
 
-/// Changes as packed columns: key groups, lengths, values back to back.
-type Columns<'a> = (&'a [i32], &'a [u32], &'a [u8]);
+/// Why the Java writer did not frame its batch.
+enum Unframed {
+    /// `frame` threw this (a local reference of the call, no longer pending).
+    Thrown(jni_sys::jthrowable),
+    /// The framer has no `frame(ByteBuffer)` method.
+    NoMethod,
+}
 
 impl WriterHandle {
-    /// The first `count` changes of `bytes` packed in the Java writer's buffers.
-    fn packed(&self, count: jint, bytes: jint) -> Result<Columns<'_>, Thrown> {
-        let (count, bytes) = (count.max(0) as usize, bytes.max(0) as usize);
-        if count * 4 > self.key_groups.1.min(self.lengths.1) || bytes > self.data.1 {
-            return Err(Thrown::argument(format!(
-                "dstl: writer {}: a batch of {count} changes and {bytes} bytes exceeds its buffers",
-                self.writer.name()
-            )));
-        }
-        // SAFETY: the Java writer owns these direct buffers for the writer's lifetime, does
-        // not touch them during a native call, and allocated them aligned (direct buffers
-        // are page-aligned); the lengths were checked against their capacities.
-        Ok(unsafe {
-            (
-                std::slice::from_raw_parts(self.key_groups.0 as *const i32, count),
-                std::slice::from_raw_parts(self.lengths.0 as *const u32, count),
-                std::slice::from_raw_parts(self.data.0 as *const u8, bytes),
-            )
-        })
-    }
-
     /// Runs `call`, one that may change the hand-off budget (an append, a rollover, a
     /// persist), then publishes the budget it leaves, whether the call failed or not.
     fn budgeted<R>(&self, call: impl FnOnce(&Writer) -> R) -> R {
@@ -127,6 +109,67 @@ impl WriterHandle {
         // SAFETY: the Java writer owns this direct buffer for the writer's lifetime and
         // reads it only between native calls; its capacity was checked at creation.
         unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), self.budget.0, BUDGET_BYTES) };
+    }
+
+    /// The length of a batch the Java writer frames: `bytes`, which a `ByteBuffer` (an
+    /// `int` capacity) can cover.
+    fn framed_len(&self, bytes: jlong) -> Result<usize, Thrown> {
+        match i32::try_from(bytes) {
+            Ok(len) if len >= 0 => Ok(len as usize),
+            _ => Err(Thrown::argument(format!(
+                "dstl: writer {}: a framed batch of {bytes} bytes does not fit a ByteBuffer",
+                self.writer.name()
+            ))),
+        }
+    }
+
+    /// Has the Java writer `framer` write its batch into `out`, the bytes of the sandbox
+    /// the batch is lowered into, by calling back its `frame(ByteBuffer)`; why not, if it
+    /// did not.
+    fn frame(&self, env: Env, framer: jobject, out: &mut [u8]) -> Result<(), Unframed> {
+        let method = match self.frame.get() {
+            Some(&method) => method as jni_sys::jmethodID,
+            None => {
+                let method = env
+                    .method(framer, c"frame", c"(Ljava/nio/ByteBuffer;)V")
+                    .ok_or(Unframed::NoMethod)?;
+                self.frame.get_or_init(|| method as usize);
+                method
+            }
+        };
+        env.call_with_buffer(framer, method, out)
+            .map_err(Unframed::Thrown)
+    }
+
+    /// Runs `call` with a fill that has the Java writer frame its batch, then answers as
+    /// the entry point: an exception `frame` threw is rethrown as it was.
+    fn framed_call<R>(
+        &self,
+        env: Env,
+        framer: jobject,
+        call: impl FnOnce(&Writer, &mut dyn FnMut(&mut [u8]) -> bool) -> Result<R, Error>,
+    ) -> Result<Option<R>, Thrown> {
+        let mut unframed = None;
+        let result = self.budgeted(|writer| {
+            call(writer, &mut |out| match self.frame(env, framer, out) {
+                Ok(()) => true,
+                Err(why) => {
+                    unframed = Some(why);
+                    false
+                }
+            })
+        });
+        match unframed {
+            Some(Unframed::Thrown(thrown)) => {
+                env.rethrow(thrown);
+                Ok(None)
+            }
+            Some(Unframed::NoMethod) => Err(Thrown::io(format!(
+                "dstl: writer {}: the Java writer has no frame(ByteBuffer) method",
+                self.writer.name()
+            ))),
+            None => Ok(Some(result?)),
+        }
     }
 }
 
@@ -411,9 +454,9 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `long batchLimits()`: what a Java writer's batch buffers must hold, as `changes << 32 |
-    /// aloneAt` ([`dstl::Budget::MOST`]): at most `changes` changes, and values of fewer than
-    /// `aloneAt` bytes (larger ones go alone, through `append`).
+    /// `long batchLimits()`: what a Java writer's batch holds at most, as `changes << 32 |
+    /// aloneAt` ([`dstl::Budget::MOST`]): `changes` changes; a value of `aloneAt` bytes or
+    /// more goes in a batch of its own.
     fn batchLimits(env, _class) -> jlong {
         entry(env, OPERATION, 0, |_| {
             let most = dstl::Budget::MOST;
@@ -444,11 +487,9 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer keyGroups,
-    /// ByteBuffer lengths, ByteBuffer data, ByteBuffer budget)`: a new sandboxed writer for key
-    /// groups `[start, end]` whose packed appends come from the three direct buffers, and
-    /// whose hand-off budget is published into `budget`.
-    #[allow(clippy::too_many_arguments)]
+    /// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer budget)`:
+    /// a new sandboxed writer for key groups `[start, end]` whose hand-off budget is
+    /// published into the direct buffer `budget`.
     fn createWriter(
         env,
         class,
@@ -456,28 +497,17 @@ jni_entry_points! { "Native":
         name: jbyteArray,
         start: jint,
         end: jint,
-        key_groups: jobject,
-        lengths: jobject,
-        data: jobject,
         budget: jobject,
     ) -> jlong {
         entry(env, OPERATION, 0, |env| {
             // SAFETY: live handle.
             let storage = unsafe { storage(handle) };
             let name = String::from_utf8_lossy(&env.bytes(name)).into_owned();
-            let direct = |buffer| {
-                env.direct_buffer(buffer).ok_or_else(|| {
-                    Thrown::argument(format!(
-                        "dstl: writer {name}: the append buffers must be direct ByteBuffers"
-                    ))
-                })
-            };
-            let (key_groups, lengths, data, budget) = (
-                direct(key_groups)?,
-                direct(lengths)?,
-                direct(data)?,
-                direct(budget)?,
-            );
+            let budget = env.direct_buffer(budget).ok_or_else(|| {
+                Thrown::argument(format!(
+                    "dstl: writer {name}: the budget buffer must be a direct ByteBuffer"
+                ))
+            })?;
             if budget.1 < BUDGET_BYTES {
                 return Err(Thrown::argument(format!(
                     "dstl: writer {name}: the budget buffer holds {} bytes, not {BUDGET_BYTES}",
@@ -502,29 +532,30 @@ jni_entry_points! { "Native":
             let handle = WriterHandle {
                 writer,
                 completions: storage.completions.clone(),
-                key_groups,
-                lengths,
-                data,
                 budget,
+                frame: OnceLock::new(),
             };
             handle.publish_budget();
             Ok(Box::into_raw(Box::new(handle)) as jlong)
         })
     }
 
-    /// `void appendBatch(long writer, int count, int bytes)`: hands the first `count`
-    /// changes packed in the writer's buffers (`bytes` bytes of values) to the writer.
-    fn appendBatch(env, class, handle: jlong, count: jint, bytes: jint) {
-        writer_entry(env, class, handle, (), |_| {
+    /// `void appendFramed(long writer, DstlChangelogWriter framer, long bytes)`: appends
+    /// the changes the Java writer holds, `bytes` of them framed by key group, which it
+    /// writes straight into the writer's sandbox when this call has it do so
+    /// (`framer.frame(ByteBuffer)`, called back on the calling thread).
+    fn appendFramed(env, class, handle: jlong, framer: jobject, bytes: jlong) {
+        writer_entry(env, class, handle, (), |env| {
             // SAFETY: live handle, used by its writer's task thread only.
             let w = unsafe { writer(handle) };
-            let (key_groups, lengths, data) = w.packed(count, bytes)?;
-            Ok(w.budgeted(|writer| writer.append_batch(key_groups, lengths, data))?)
+            let len = w.framed_len(bytes)?;
+            w.framed_call(env, framer, |writer, fill| writer.append_framed(len, fill))?;
+            Ok(())
         })
     }
 
-    /// `void append(long writer, int keyGroup, byte[] value)`: one change too large for the
-    /// buffers (`keyGroup` -1: metadata).
+    /// `void append(long writer, int keyGroup, byte[] value)`: one change on its own (the
+    /// Java writer sends a key group outside its range this way, for the writer's error).
     fn append(env, class, handle: jlong, key_group: jint, value: jbyteArray) {
         writer_entry(env, class, handle, (), |env| {
             // SAFETY: live handle.
@@ -546,23 +577,25 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `void persist(long writer, int count, int bytes, long from, long checkpoint, long
-    /// request)`: appends the `count` changes of `bytes` packed in the writer's buffers
-    /// and starts a persist, in one call into the writer; its outcome is delivered by
-    /// `nextCompletion` under `request`.
-    fn persist(
-        env, class, handle: jlong, count: jint, bytes: jint, from: jlong, checkpoint: jlong,
+    /// `void persistFramed(long writer, DstlChangelogWriter framer, long bytes, long from,
+    /// long checkpoint, long request)`: appends the changes the Java writer holds, framed as
+    /// for `appendFramed`, and starts a persist, in one call into the writer; its outcome
+    /// is delivered by `nextCompletion` under `request`.
+    fn persistFramed(
+        env, class, handle: jlong, framer: jobject, bytes: jlong, from: jlong, checkpoint: jlong,
         request: jlong,
     ) {
-        writer_entry(env, class, handle, (), |_| {
+        writer_entry(env, class, handle, (), |env| {
             // SAFETY: live handle.
             let w = unsafe { writer(handle) };
-            let (key_groups, lengths, data) = w.packed(count, bytes)?;
+            let len = w.framed_len(bytes)?;
             let from = sequence(from)?;
-            let future = w.budgeted(|writer| {
-                writer.append_batch_and_persist(key_groups, lengths, data, from, checkpoint)
+            let future = w.framed_call(env, framer, |writer, fill| {
+                writer.append_framed_and_persist(len, fill, from, checkpoint)
             })?;
-            w.completions.deliver(request, future);
+            if let Some(future) = future {
+                w.completions.deliver(request, future);
+            }
             Ok(())
         })
     }

@@ -20,7 +20,7 @@ use super::bindings::{
 use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
 use super::framed::Framed;
-pub(crate) use super::framed::Packed;
+pub(crate) use super::framed::{Batch, Fill, Filled, Filling, Packed};
 use super::trap::Trap;
 use crate::registry::WriterId;
 use crate::services::Services;
@@ -197,14 +197,13 @@ impl Instance {
 
     /// `append-framed` of `batch` (framed while it is lowered): the guest's open bytes
     /// afterwards.
-    pub fn append_batch(&mut self, batch: Packed<'_>) -> Call<u64> {
-        // SAFETY: its type was checked when the instance was made.
-        let typed = unsafe {
-            TypedFunc::<AppendFramedParams<'_>, AppendFramedResults>::new_unchecked(
-                self.append_framed,
-            )
-        };
+    pub fn append_batch(&mut self, batch: Batch<'_>) -> Call<u64> {
+        let func = self.append_framed;
         self.framed_call(batch, |store, r, framed| {
+            // SAFETY: its type was checked when the instance was made.
+            let typed = unsafe {
+                TypedFunc::<AppendFramedParams<'_>, AppendFramedResults>::new_unchecked(func)
+            };
             Ok(typed.call(store, (r, framed))?.0)
         })
     }
@@ -212,7 +211,7 @@ impl Instance {
     /// A call of an export that takes `batch` framed (`framed.rs`).
     fn framed_call<T>(
         &mut self,
-        batch: Packed<'_>,
+        batch: Batch<'_>,
         f: impl FnOnce(
             &mut Store<WriterCtx>,
             ResourceAny,
@@ -248,14 +247,13 @@ impl Instance {
 
     /// `persist-framed`: appends `batch` (framed while it is lowered), then persists. A
     /// snapshot ready at once counts as returned to the caller.
-    pub fn persist(&mut self, batch: Packed<'_>, from: u64, checkpoint: i64) -> Call<PersistReply> {
-        // SAFETY: its type was checked when the instance was made.
-        let typed = unsafe {
-            TypedFunc::<PersistFramedParams<'_>, PersistFramedResults>::new_unchecked(
-                self.persist_framed,
-            )
-        };
+    pub fn persist(&mut self, batch: Batch<'_>, from: u64, checkpoint: i64) -> Call<PersistReply> {
+        let func = self.persist_framed;
         let reply = self.framed_call(batch, |store, r, framed| {
+            // SAFETY: its type was checked when the instance was made.
+            let typed = unsafe {
+                TypedFunc::<PersistFramedParams<'_>, PersistFramedResults>::new_unchecked(func)
+            };
             Ok(typed
                 .call(store, (r, framed, from, checkpoint))?
                 .0

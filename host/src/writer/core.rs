@@ -15,7 +15,7 @@ use super::buffer::AppendBuffer;
 use super::persist::{PersistFuture, Tickets, UploadFailures};
 use crate::error::Error;
 use crate::registry::WriterId;
-use crate::sandbox::{Call, Instance, Packed, Trap};
+use crate::sandbox::{Batch, Call, Fill, Filled, Filling, Instance, Packed, Trap};
 use crate::services::Services;
 use crate::sync::panic_message;
 use crate::telemetry::WriterMetrics;
@@ -230,6 +230,65 @@ impl WriterCore {
         result
     }
 
+    /// Appends a batch its caller frames straight into the guest (`append-framed`), in one
+    /// call: such a caller counts down the writer's budget, so the batch ends where the
+    /// open change set reaches the threshold, and needs no cut.
+    pub fn append_filled(
+        &self,
+        state: &mut WriterState,
+        filling: Filling<'_>,
+    ) -> Result<(), Error> {
+        let result = self.invoke(state, |instance, book| {
+            if book.closed {
+                return Ok(Err(closed_to_batches()));
+            }
+            let open = instance.append_batch(Batch::Filled(&filling))?;
+            book.hand_off.handed_over(open.as_ref().copied());
+            Ok(open.map(drop))
+        });
+        self.filled(result, filling)
+    }
+
+    /// One `persist-framed` call of a batch its caller frames (see
+    /// [`WriterCore::append_filled`]): the guest's reply as a future.
+    pub fn persist_filled(
+        &self,
+        state: &mut WriterState,
+        filling: Filling<'_>,
+        from: u64,
+        checkpoint: i64,
+    ) -> Result<PersistFuture, Error> {
+        let result = self.invoke(state, |instance, book| {
+            let reply = instance.persist(Batch::Filled(&filling), from, checkpoint)?;
+            Ok(self.persist_reply(book, reply))
+        });
+        self.filled(result, filling)
+    }
+
+    /// The outcome of a call that took `filling`: the host's own verdict on what the caller
+    /// wrote comes first (the guest, which checks it too, appended nothing of a batch the
+    /// host refuses), then the guest's answer.
+    fn filled<R>(&self, result: Result<R, Error>, filling: Filling<'_>) -> Result<R, Error> {
+        let len = filling.len();
+        match filling.written() {
+            Some(Filled::Groups(read)) => {
+                let value = result?;
+                if read.changes > 0 {
+                    self.metrics.appended(read.changes, read.payload as usize);
+                }
+                Ok(value)
+            }
+            Some(Filled::Refused(refused)) => Err(self.writer_error(refused)),
+            Some(Filled::NotWritten) => Err(Error::InvalidArgument(format!(
+                "writer {}: the caller did not write its framed batch of {len} bytes; \
+                 nothing of it was appended",
+                self.name
+            ))),
+            // Never lowered: the call failed before it reached the guest.
+            None => result,
+        }
+    }
+
     /// One `persist` call, which appends `batch` first: the guest's reply as a future.
     pub fn persist(
         &self,
@@ -245,19 +304,28 @@ impl WriterCore {
                 false => append_framed(instance, book, &self.config, batch, true)?,
             };
             let reply = match rest {
-                Ok(rest) => instance.persist(rest, from, checkpoint)?,
+                Ok(rest) => instance.persist(Batch::Packed(rest), from, checkpoint)?,
                 Err(e) => Err(e),
             };
-            book.hand_off.persisted(reply.as_ref().err());
-            Ok(reply.map(|reply| match reply {
-                PersistReply::Ready(snapshot) => {
-                    PersistFuture::ready(self.acknowledge(&snapshot).map(|()| snapshot))
-                }
-                PersistReply::Pending(ticket) => book.tickets.wait_for(&self.name, ticket),
-            }))
+            Ok(self.persist_reply(book, reply))
         });
         self.appended(&result, batch);
         result
+    }
+
+    /// A persist's reply, answered to the hand-off rule, as the caller's future.
+    fn persist_reply(
+        &self,
+        book: &mut Bookkeeping,
+        reply: Result<PersistReply, WriterError>,
+    ) -> Result<PersistFuture, WriterError> {
+        book.hand_off.persisted(reply.as_ref().err());
+        reply.map(|reply| match reply {
+            PersistReply::Ready(snapshot) => {
+                PersistFuture::ready(self.acknowledge(&snapshot).map(|()| snapshot))
+            }
+            PersistReply::Pending(ticket) => book.tickets.wait_for(&self.name, ticket),
+        })
     }
 
     /// Counts `batch` as appended once the call that took it succeeded: once per batch,
@@ -345,9 +413,7 @@ fn append_framed<'a>(
 ) -> Call<Packed<'a>> {
     // The guest's checks, in its order, before any part of the batch reaches it.
     if book.closed {
-        return Ok(Err(WriterError::Closed(Closed::AfterClose(
-            Operation::AppendBatch,
-        ))));
+        return Ok(Err(closed_to_batches()));
     }
     if let Err(e) = config.check_batch(batch.key_groups, batch.lengths, batch.data.len()) {
         return Ok(Err(e));
@@ -374,7 +440,7 @@ fn append_framed<'a>(
         if keep_last && end == batch.lengths.len() {
             return Ok(Ok(part));
         }
-        let open = instance.append_batch(part)?;
+        let open = instance.append_batch(Batch::Packed(part))?;
         book.hand_off.handed_over(open.as_ref().copied());
         if let Err(e) = open {
             return Ok(Err(e));
@@ -385,4 +451,9 @@ fn append_framed<'a>(
             return Ok(Ok(Packed::new(&[], &[], &[])));
         }
     }
+}
+
+/// What a closed writer answers a batch.
+fn closed_to_batches() -> WriterError {
+    WriterError::Closed(Closed::AfterClose(Operation::AppendBatch))
 }

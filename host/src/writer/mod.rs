@@ -20,7 +20,9 @@ use self::core::{Bookkeeping, WriterCore, WriterState};
 pub use self::persist::PersistFuture;
 use crate::error::Error;
 use crate::registry::WriterId;
-use crate::sandbox::{Call, Instance, Limits, Packed, Runtime, WriterComponent, WriterLinks};
+use crate::sandbox::{
+    Call, Filling, Instance, Limits, Packed, Runtime, WriterComponent, WriterLinks,
+};
 use crate::services::Services;
 use crate::telemetry::PersistReturned;
 use crate::upload::OutcomeSink;
@@ -236,6 +238,65 @@ impl Writer {
         })
     }
 
+    /// Appends a batch the caller frames itself, straight into the writer's sandbox: the
+    /// copy of the values into the sandbox is the caller's own, and there is no other
+    /// before the file's (with [`Writer::append`] there is one more, into the host's
+    /// append buffer). For callers that keep their changes until they hand them over, as
+    /// the Flink plugin does.
+    ///
+    /// `fill` gets `len` bytes of the sandbox's memory, valid only during the call, and
+    /// writes whole change-set groups into all of them, or returns false if it cannot.
+    /// A group is a big-endian `i32` count of changes and the `i32` key group they
+    /// belong to (-1 for metadata), then each change's `i32` length and bytes. The
+    /// writer keeps groups in the order written, so a key group's changes keep the order
+    /// of the groups that hold them; giving each key group one group, in ascending key
+    /// groups, makes the smallest files.
+    ///
+    /// What `fill` wrote is checked whole before anything of it is appended: a group that
+    /// does not fit (`BatchLengths`), a key group below -1 or outside the writer's range,
+    /// or a `fill` that gave up ([`Error::InvalidArgument`]) appends nothing. The writer
+    /// checks the pre-emptive threshold after the batch, so a caller that wants uploads
+    /// to start where they would with one append per change hands batches over as
+    /// [`Writer::budget`] says.
+    pub fn append_framed(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<(), Error> {
+        let mut fill = once(fill);
+        self.locked(|core, state| {
+            core.flush(state)?;
+            let check = |data: &[u8]| core.config.check_framed(data);
+            core.append_filled(state, Filling::new(len, &mut fill, &check))
+        })
+    }
+
+    /// Appends a batch framed by the caller as [`Writer::append_framed`], then persists
+    /// as [`Writer::persist`], in one call into the sandbox. A batch that is refused
+    /// fails the call and persists nothing.
+    pub fn append_framed_and_persist(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+        from: u64,
+        checkpoint: i64,
+    ) -> Result<PersistFuture, Error> {
+        let mut fill = once(fill);
+        let started = Instant::now();
+        let result = self.locked(|core, state| {
+            core.flush(state)?;
+            let check = |data: &[u8]| core.config.check_framed(data);
+            core.persist_filled(
+                state,
+                Filling::new(len, &mut fill, &check),
+                from,
+                checkpoint,
+            )
+        });
+        self.persisted(started, &result);
+        result
+    }
+
     /// Always 0.
     pub fn initial_sequence_number(&self) -> Result<u64, Error> {
         self.call(|instance, _| instance.initial_sequence_number())
@@ -303,15 +364,20 @@ impl Writer {
                 core.persist(state, batch, from, checkpoint)
             }
         });
+        self.persisted(started, &result);
+        result
+    }
+
+    /// Counts a persist that started at `started` and returned `result`.
+    fn persisted(&self, started: Instant, result: &Result<PersistFuture, Error>) {
         self.core.metrics.persisted(
             started,
-            match &result {
+            match result {
                 Ok(future) if future.is_immediate() => PersistReturned::Completed,
                 Ok(_) => PersistReturned::Pending,
                 Err(_) => PersistReturned::Failed,
             },
         );
-        result
     }
 
     /// Drops change sets below `to`.
@@ -427,4 +493,10 @@ impl Drop for Writer {
         // releases their files (as the unlock does for those posted later).
         core.drain(&mut state);
     }
+}
+
+/// `fill` as an `FnMut` (the lowering holds it as one), false when called again.
+fn once(fill: impl FnOnce(&mut [u8]) -> bool) -> impl FnMut(&mut [u8]) -> bool {
+    let mut fill = Some(fill);
+    move |out| fill.take().is_some_and(|fill| fill(out))
 }

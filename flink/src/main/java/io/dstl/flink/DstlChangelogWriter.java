@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 
@@ -20,13 +21,17 @@ import org.slf4j.LoggerFactory;
  * One Flink operator's changelog writer: a sandboxed dstl writer (its own component instance)
  * behind JNI, with Flink's writer semantics.
  *
- * <p>Appends are packed into three direct buffers (key groups, lengths, values) and cross JNI
- * as one batch: before any other call of this writer (so the writer sees every operation in
- * order), and when the batch uses up the budget the native writer publishes after each
- * hand-off (dstl's one hand-off rule, which hands a batch over exactly when the open change
- * set reaches the pre-emptive persist threshold, so pre-emptive uploads start when Flink's
- * would). A value at or above the budget's {@code aloneAt} goes across on its own. This class
- * keeps no threshold of its own: the buffers' sizes come from the native side too.
+ * <p>Appends are kept as they come (the value arrays, not copies) and cross JNI as one batch:
+ * before any other call of this writer (so the writer sees every operation in order), and when
+ * the batch uses up the budget the native writer publishes after each hand-off (dstl's one
+ * hand-off rule, which hands a batch over exactly when the open change set reaches the
+ * pre-emptive persist threshold, so pre-emptive uploads start when Flink's would). A value at
+ * or above the budget's {@code aloneAt} goes across in a batch of its own. This class keeps no
+ * threshold of its own.
+ *
+ * <p>A batch crosses framed by key group, as a change-set block holds it: the native call asks
+ * this writer to write it ({@link #frame}) straight into the memory the native writer's sandbox
+ * allocated for it, so the copy into that buffer is the only one before the file's.
  *
  * <p>Flink calls a writer from its task thread only; the native calls are synchronized all
  * the same, so the storage can free a writer its task never closed. A call that waits for
@@ -39,12 +44,15 @@ import org.slf4j.LoggerFactory;
 final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHandleStreamImpl> {
     private static final Logger LOG = LoggerFactory.getLogger(DstlChangelogWriter.class);
 
-    /** What the batch buffers must hold, as the native side says: {@code changes << 32 | aloneAt}. */
+    /** What a batch holds at most, as the native side says: {@code changes << 32 | aloneAt}. */
     private static final long LIMITS = Native.batchLimits();
     /** Changes a batch holds at most. */
     private static final int MAX_CHANGES = (int) (LIMITS >>> 32);
-    /** Values this large or larger are never buffered, so this many bytes hold any batch. */
-    private static final int DATA_CAPACITY = (int) LIMITS;
+    /** Values this large or larger go in a batch of their own. */
+    private static final int ALONE_AT = (int) LIMITS;
+    /** Bytes of a group's header (count, key group) and of a change's length. */
+    private static final int GROUP_HEADER = 8;
+    private static final int LENGTH = 4;
 
     private static final int META = -1;
 
@@ -54,13 +62,21 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     private final MailboxExecutor mailbox;
     private final Availability availability;
 
-    private final ByteBuffer keyGroups;
-    private final ByteBuffer lengths;
-    private final ByteBuffer data;
+    /** The batch: each change's group (its key group's offset in the range, 0 for metadata) ... */
+    private final int[] groups;
+    /** ... and value, as appended. */
+    private final byte[][] values;
+    /** Per group of the range: its changes in the batch ... */
+    private final int[] groupChanges;
+    /** ... and, while {@link #frame} writes, where its next change goes. */
+    private final int[] groupCursor;
+    /** The groups the batch has changes of, {@link #groupCount} of them. */
+    private final int[] touched;
+    private int groupCount;
     /** The native writer's hand-off budget, published after each call that changes it. */
     private final ByteBuffer budget;
     private int count;
-    private int bytes;
+    private long bytes;
     /** The batch is handed over by the append that brings its bytes to this ... */
     private long budgetBytes;
     /** ... or its count to this. */
@@ -89,14 +105,18 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         this.name = name;
         this.range = range;
         this.mailbox = mailbox;
-        // Native order: the native side reads the int columns in place.
-        this.keyGroups = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
-        this.lengths = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
-        this.data = ByteBuffer.allocateDirect(DATA_CAPACITY);
+        this.groups = new int[MAX_CHANGES];
+        this.values = new byte[MAX_CHANGES][];
+        // Metadata, then each key group of the range.
+        int rangeGroups = Math.max(range.getNumberOfKeyGroups(), 0) + 1;
+        this.groupChanges = new int[rangeGroups];
+        this.groupCursor = new int[rangeGroups];
+        this.touched = new int[Math.min(rangeGroups, MAX_CHANGES)];
+        // Native order: the native side writes it in place.
         this.budget = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
         byte[] utf8 = name.getBytes(StandardCharsets.UTF_8);
         this.handle = nativeStorage.open("createWriter", h -> Native.createWriter(
-                h, utf8, range.getStartKeyGroup(), range.getEndKeyGroup(), keyGroups, lengths, data, budget));
+                h, utf8, range.getStartKeyGroup(), range.getEndKeyGroup(), budget));
         readBudget();
         try {
             this.closeSignal = Native.closeSignal(handle);
@@ -151,8 +171,9 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             LOG.warn("dstl: writer {} is closed; a change for key group {} is ignored", name, keyGroup);
             return;
         }
-        int length = value.length;
-        if (length >= aloneAt) {
+        int group = keyGroup == META ? 0 : keyGroup - range.getStartKeyGroup() + 1;
+        if (group <= 0 && keyGroup != META || group >= groupChanges.length) {
+            // Outside the range: on its own, for the native writer's error.
             synchronized (this) {
                 flush();
                 try {
@@ -160,37 +181,85 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
                 } finally {
                     readBudget();
                 }
-                availability.refresh();
             }
             return;
         }
-        if (bytes + length > DATA_CAPACITY) {
-            // Only the buffer is full: splitting a batch changes nothing the writer sees.
+        int length = value.length;
+        if (length >= aloneAt && count > 0) {
             flush();
         }
-        int slot = count * 4;
-        keyGroups.putInt(slot, keyGroup);
-        lengths.putInt(slot, length);
-        data.put(bytes, value);
+        groups[count] = group;
+        values[count] = value;
+        if (groupChanges[group]++ == 0) {
+            touched[groupCount++] = group;
+        }
         count++;
         bytes += length;
-        if (bytes >= budgetBytes || count >= budgetChanges) {
+        if (bytes >= budgetBytes || count >= budgetChanges || length >= aloneAt) {
             flush();
         }
     }
 
-    /** Hands the packed changes to the native writer. */
+    /** Bytes of the batch framed: a header per group, a length per change, the values. */
+    private long framedBytes() {
+        return (long) GROUP_HEADER * groupCount + (long) LENGTH * count + bytes;
+    }
+
+    /**
+     * Writes the batch into {@code out} (exactly {@link #framedBytes} bytes, big-endian), framed
+     * as a change-set block frames changes: a group per key group, in ascending key groups
+     * (metadata first), each a count of changes and its key group, then each change's length
+     * and value in append order. The native writer calls this during {@link Native#appendFramed}
+     * or {@link Native#persistFramed}, with {@code out} over memory its sandbox allocated for
+     * the batch; {@code out} is not used past the call.
+     */
+    void frame(ByteBuffer out) {
+        Arrays.sort(touched, 0, groupCount);
+        // Each group's bytes, then where each starts.
+        for (int i = 0; i < count; i++) {
+            groupCursor[groups[i]] += LENGTH + values[i].length;
+        }
+        int at = 0;
+        int start = range.getStartKeyGroup();
+        for (int g = 0; g < groupCount; g++) {
+            int group = touched[g];
+            out.putInt(at, groupChanges[group]);
+            out.putInt(at + 4, group == 0 ? META : start + group - 1);
+            int size = groupCursor[group];
+            groupCursor[group] = at + GROUP_HEADER;
+            at += GROUP_HEADER + size;
+        }
+        for (int i = 0; i < count; i++) {
+            int group = groups[i];
+            byte[] value = values[i];
+            int p = groupCursor[group];
+            out.putInt(p, value.length);
+            out.put(p + LENGTH, value);
+            groupCursor[group] = p + LENGTH + value.length;
+        }
+    }
+
+    /** Empties the batch, whether it reached the native writer or not. */
+    private void clearBatch() {
+        for (int g = 0; g < groupCount; g++) {
+            groupChanges[touched[g]] = 0;
+            groupCursor[touched[g]] = 0;
+        }
+        groupCount = 0;
+        Arrays.fill(values, 0, count, null);
+        count = 0;
+        bytes = 0;
+    }
+
+    /** Hands the batch to the native writer. */
     private synchronized void flush() throws IOException {
         if (count == 0) {
             return;
         }
-        int n = count;
-        int b = bytes;
-        count = 0;
-        bytes = 0;
         try {
-            Native.appendBatch(open("append"), n, b);
+            Native.appendFramed(open("append"), this, framedBytes());
         } finally {
+            clearBatch();
             readBudget();
         }
         availability.refresh();
@@ -200,7 +269,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     private void readBudget() {
         budgetBytes = budget.getLong(0);
         budgetChanges = Math.min(budget.getInt(8), MAX_CHANGES);
-        aloneAt = Math.min(budget.getInt(12), DATA_CAPACITY);
+        aloneAt = Math.min(budget.getInt(12), ALONE_AT);
     }
 
     @Override
@@ -213,17 +282,14 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             CompletableFuture<SnapshotResult<ChangelogStateHandleStreamImpl>> future =
                     new CompletableFuture<>();
             long request = storage.expect(future, mailbox, range, name);
-            // The packed changes go along with the persist, in one native call.
-            int n = count;
-            int b = bytes;
-            count = 0;
-            bytes = 0;
+            // The batch goes along with the persist, in one native call.
             try {
-                Native.persist(writer, n, b, start, checkpointId, request);
+                Native.persistFramed(writer, this, framedBytes(), start, checkpointId, request);
             } catch (IOException | RuntimeException e) {
                 storage.cancel(request);
                 throw e;
             } finally {
+                clearBatch();
                 readBudget();
             }
             availability.refresh();
@@ -328,8 +394,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             throw new IllegalStateException("dstl: writer " + name + " is already closed (" + operation + ")");
         }
         closed = true;
-        count = 0;
-        bytes = 0;
+        clearBatch();
         long writer = handle;
         handle = 0;
         freeCloseSignal();

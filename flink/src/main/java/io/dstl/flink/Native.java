@@ -105,28 +105,27 @@ final class Native {
 
     static native long[] metrics(long storage);
 
-    /** What a writer's batch buffers must hold: {@code changes << 32 | aloneAt}. */
+    /** What a writer's batch holds at most: {@code changes << 32 | aloneAt}. */
     static native long batchLimits();
 
-    static native long createWriter(
-            long storage,
-            byte[] name,
-            int start,
-            int end,
-            ByteBuffer keyGroups,
-            ByteBuffer lengths,
-            ByteBuffer data,
-            ByteBuffer budget)
+    static native long createWriter(long storage, byte[] name, int start, int end, ByteBuffer budget)
             throws IOException;
 
-    static native void appendBatch(long writer, int count, int bytes) throws IOException;
+    /**
+     * Appends the changes {@code framer} holds, {@code bytes} framed, which it writes into the
+     * writer's sandbox when this call has it do so: {@code framer.frame(ByteBuffer)}, called
+     * back on this thread during this call.
+     */
+    static native void appendFramed(long writer, DstlChangelogWriter framer, long bytes) throws IOException;
 
+    /** One change on its own: how a key group outside the writer's range gets the writer's error. */
     static native void append(long writer, int keyGroup, byte[] value) throws IOException;
 
     static native long nextSequenceNumber(long writer) throws IOException;
 
-    /** Appends the {@code count} packed changes of {@code bytes}, then persists, in one call. */
-    static native void persist(long writer, int count, int bytes, long from, long checkpoint, long request)
+    /** Appends the changes {@code framer} holds as {@link #appendFramed} does, then persists, in one call. */
+    static native void persistFramed(
+            long writer, DstlChangelogWriter framer, long bytes, long from, long checkpoint, long request)
             throws IOException;
 
     static native void truncate(long writer, long to) throws IOException;
