@@ -1,6 +1,6 @@
-//! The few raw JNI calls the entry points need, on `jni-sys`. The hot path (an append
-//! batch) touches no JNI function at all: the Java writer's direct buffers are resolved
-//! to addresses once, when the writer is created.
+//! The few raw JNI calls the entry points need, on `jni-sys`. The hot path (an append)
+//! touches no JNI function at all; a batch takes one call back into the Java writer, which
+//! frames it into a direct buffer over the sandbox's memory (`call_with_buffer`).
 
 use std::ffi::CString;
 

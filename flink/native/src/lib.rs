@@ -149,6 +149,12 @@ impl WriterHandle {
         framer: jobject,
         call: impl FnOnce(&Writer, &mut dyn FnMut(&mut [u8]) -> bool) -> Result<R, Error>,
     ) -> Result<Option<R>, Thrown> {
+        if framer.is_null() {
+            return Err(Thrown::argument(format!(
+                "dstl: writer {}: no Java writer to frame the batch (null)",
+                self.writer.name()
+            )));
+        }
         let mut unframed = None;
         let result = self.budgeted(|writer| {
             call(writer, &mut |out| match self.frame(env, framer, out) {

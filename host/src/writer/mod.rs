@@ -146,8 +146,8 @@ impl Writer {
         Ok(Self { core })
     }
 
-    /// How much a caller that packs its own batches for [`Writer::append_batch`] may
-    /// gather before it hands them over: the one hand-off rule of every host
+    /// How much a caller that gathers its own batches (for [`Writer::append_batch`] or
+    /// [`Writer::append_framed`]) may gather before it hands them over: the one hand-off rule of every host
     /// (`dstl_proto::handoff`), which hands a batch over exactly when the writer would
     /// persist it pre-emptively unbatched. Valid until the next call of this writer.
     pub fn budget(&self) -> Budget {
@@ -325,8 +325,8 @@ impl Writer {
 
     /// Appends the changes packed as for [`Writer::append_batch`], then persists as
     /// [`Writer::persist`], in one call into the sandbox: for a caller that packs its
-    /// appends itself (the Flink plugin), whose batch goes along with the persist. A failed
-    /// append fails the call and persists nothing.
+    /// appends itself, whose batch goes along with the persist. A failed append fails the
+    /// call and persists nothing.
     pub fn append_batch_and_persist(
         &self,
         key_groups: &[i32],
