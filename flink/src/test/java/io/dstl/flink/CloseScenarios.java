@@ -79,7 +79,7 @@ public final class CloseScenarios {
     }
 
     /** Runs mail at once, on the thread that completes the future. */
-    static final class DirectMailbox implements MailboxExecutor {
+    public static final class DirectMailbox implements MailboxExecutor {
         @Override
         public void execute(
                 MailOptions options,
@@ -109,7 +109,8 @@ public final class CloseScenarios {
         }
     }
 
-    static StateChangelogStorage<?> storage(Map<String, String> settings) {
+    /** A dstl storage of a new job with {@code settings}, as a TaskManager opens one. */
+    public static StateChangelogStorage<?> storage(Map<String, String> settings) {
         return new DstlChangelogStorageFactory().createStorage(
                 new JobID(),
                 Configuration.fromMap(settings),

@@ -1,6 +1,6 @@
 package io.dstl.flink.it;
 
-import io.dstl.flink.DstlChangelogStorageFactory;
+import io.dstl.flink.CloseScenarios;
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -10,19 +10,13 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 
-import org.apache.flink.api.common.JobID;
-import org.apache.flink.api.common.operators.MailboxExecutor;
-import org.apache.flink.configuration.Configuration;
-import org.apache.flink.runtime.metrics.groups.UnregisteredMetricGroups;
 import org.apache.flink.runtime.state.KeyGroupRange;
-import org.apache.flink.runtime.state.LocalRecoveryConfig;
 import org.apache.flink.runtime.state.changelog.ChangelogStateHandleStreamImpl;
 import org.apache.flink.runtime.state.changelog.SequenceNumber;
 import org.apache.flink.runtime.state.changelog.StateChange;
 import org.apache.flink.runtime.state.changelog.StateChangelogStorage;
 import org.apache.flink.runtime.state.changelog.StateChangelogWriter;
 import org.apache.flink.util.CloseableIterator;
-import org.apache.flink.util.function.ThrowingRunnable;
 import org.junit.jupiter.api.Timeout;
 
 /**
@@ -34,54 +28,18 @@ import org.junit.jupiter.api.Timeout;
 @Timeout(120)
 class WriterBatchesTest extends JobTest {
 
-    /** Runs mail at once, on the thread that completes the future. */
-    private static final class DirectMailbox implements MailboxExecutor {
-        @Override
-        public void execute(
-                MailOptions options,
-                ThrowingRunnable<? extends Exception> command,
-                String description,
-                Object... args) {
-            try {
-                command.run();
-            } catch (Exception e) {
-                throw new RuntimeException(e);
-            }
-        }
-
-        @Override
-        public void yield() {
-            throw new UnsupportedOperationException();
-        }
-
-        @Override
-        public boolean tryYield() {
-            return false;
-        }
-
-        @Override
-        public boolean shouldInterrupt() {
-            return false;
-        }
-    }
-
     @DstlOnly
     @SuppressWarnings("unchecked")
     void changesFramedByTheWriterReadBackInEachKeyGroupsOrder() throws Exception {
         StateChangelogStorage<ChangelogStateHandleStreamImpl> storage =
-                (StateChangelogStorage<ChangelogStateHandleStreamImpl>) new DstlChangelogStorageFactory()
-                        .createStorage(
-                                new JobID(),
-                                Configuration.fromMap(Map.of(
-                                        "state.changelog.dstl.dfs.base-path", dir.resolve("changelog").toString(),
-                                        // Pre-emptive uploads along the way: batches end at the threshold.
-                                        "state.changelog.dstl.dfs.preemptive-persist-threshold", "64kb")),
-                                UnregisteredMetricGroups.createUnregisteredTaskManagerJobMetricGroup(),
-                                LocalRecoveryConfig.BACKUP_AND_RECOVERY_DISABLED);
+                (StateChangelogStorage<ChangelogStateHandleStreamImpl>) CloseScenarios.storage(Map.of(
+                        "state.changelog.dstl.dfs.base-path", dir.resolve("changelog").toString(),
+                        // Pre-emptive uploads along the way: batches end at the threshold.
+                        "state.changelog.dstl.dfs.preemptive-persist-threshold", "64kb"));
         try {
             KeyGroupRange range = new KeyGroupRange(16, 47);
             StateChangelogWriter<ChangelogStateHandleStreamImpl> writer =
-                    storage.createWriter("op", range, new DirectMailbox());
+                    storage.createWriter("op", range, new CloseScenarios.DirectMailbox());
             Map<Integer, List<byte[]>> expected = new TreeMap<>();
             SequenceNumber from = writer.initialSequenceNumber();
             for (int i = 0; i < 20_000; i++) {
