@@ -536,6 +536,40 @@ impl FramedBatch {
     /// Writes the batch last ordered (the same columns) into `out`, [`FramedBatch::len`]
     /// bytes.
     pub fn write(&self, out: &mut [u8], key_groups: &[i32], lengths: &[u32], data: &[u8]) {
+        self.write_frames(out, key_groups, lengths, |i, slot| {
+            let from = self.starts[i];
+            slot.copy_from_slice(&data[from..from + slot.len()]);
+        });
+    }
+
+    /// Writes the frames of the batch last ordered (the same lengths) into `out`,
+    /// [`FramedBatch::len`] bytes, and records where each change's value goes: `offsets[i]`
+    /// for change `i`, its `lengths[i]` bytes left for a caller to write (see
+    /// [`FramedBatch::write`] for one that copies them).
+    pub fn place(
+        &self,
+        out: &mut [u8],
+        key_groups: &[i32],
+        lengths: &[u32],
+        offsets: &mut Vec<u32>,
+    ) {
+        offsets.clear();
+        offsets.resize(lengths.len(), 0);
+        let base = out.as_ptr() as usize;
+        self.write_frames(out, key_groups, lengths, |i, slot| {
+            offsets[i] = (slot.as_ptr() as usize - base) as u32;
+        });
+    }
+
+    /// The frames of the batch: group headers and length fields, each change's value slot
+    /// handed to `value` with the change's index.
+    fn write_frames(
+        &self,
+        out: &mut [u8],
+        key_groups: &[i32],
+        lengths: &[u32],
+        mut value: impl FnMut(usize, &mut [u8]),
+    ) {
         let n = self.order.len();
         let (mut at, mut k) = (0usize, 0usize);
         while k < n {
@@ -549,9 +583,8 @@ impl FramedBatch {
             at += 8;
             for &i in &self.order[k..end] {
                 let len = lengths[i as usize] as usize;
-                let from = self.starts[i as usize];
                 out[at..at + 4].copy_from_slice(&(len as i32).to_be_bytes());
-                out[at + 4..at + 4 + len].copy_from_slice(&data[from..from + len]);
+                value(i as usize, &mut out[at + 4..at + 4 + len]);
                 at += 4 + len;
             }
             k = end;
@@ -1340,6 +1373,29 @@ mod tests {
             prop_assert_eq!(block_payload(&[&encoded]), Ok(changes.iter().map(|c| c.1.len() as u64).sum::<u64>()));
             prop_assert_eq!(encoded, copied);
             prop_assert!(builder.is_empty());
+        }
+
+        /// `place` frames a batch as `write` does, leaving each value to its caller at the
+        /// offset it gives.
+        #[test]
+        fn a_placed_batch_is_the_written_one_once_its_values_are_in_place(
+            changes in proptest::collection::vec((-1i32..6, proptest::collection::vec(any::<u8>(), 0..40)), 0..60),
+        ) {
+            let key_groups: Vec<i32> = changes.iter().map(|c| c.0).collect();
+            let lengths: Vec<u32> = changes.iter().map(|c| c.1.len() as u32).collect();
+            let data: Vec<u8> = changes.iter().flat_map(|c| c.1.clone()).collect();
+            let mut batch = FramedBatch::default();
+            batch.order(&key_groups, &lengths);
+            let mut written = vec![0u8; batch.len()];
+            batch.write(&mut written, &key_groups, &lengths, &data);
+            let mut placed = vec![0u8; batch.len()];
+            let mut offsets = Vec::new();
+            batch.place(&mut placed, &key_groups, &lengths, &mut offsets);
+            for (i, (_, value)) in changes.iter().enumerate() {
+                let at = offsets[i] as usize;
+                placed[at..at + value.len()].copy_from_slice(value);
+            }
+            prop_assert_eq!(placed, written);
         }
 
         /// Changes handed over framed, in batches of groups in any order, beside changes

@@ -176,82 +176,61 @@ fn malformed_packed_batches_are_rejected_whole() {
     still_works(&storage, &w, 2);
 }
 
-/// Change-set groups as a caller frames them for `append_framed`: per group a
-/// big-endian count and key group, then each change's length and bytes.
-fn framed(groups: &[(i32, &[&[u8]])]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (key_group, values) in groups {
-        out.extend((values.len() as i32).to_be_bytes());
-        out.extend(key_group.to_be_bytes());
-        for value in *values {
-            out.extend((value.len() as i32).to_be_bytes());
-            out.extend(*value);
-        }
-    }
-    out
-}
-
-/// `bytes` appended through `append_framed`, its fill copying them into the sandbox.
-fn append_framed(writer: &Writer, bytes: &[u8]) -> Result<(), Error> {
-    writer.append_framed(bytes.len(), |out| {
-        out.copy_from_slice(bytes);
+/// `values` appended through `append_placed`, its `place` copying each into its slot.
+fn append_placed(writer: &Writer, key_groups: &[i32], values: &[&[u8]]) -> Result<(), Error> {
+    let lengths: Vec<u32> = values.iter().map(|v| v.len() as u32).collect();
+    writer.append_placed(key_groups, &lengths, |out, offsets| {
+        place(out, offsets, values);
         true
     })
 }
 
+/// Writes `values[i]` at `offsets[i]` of `out`, as a caller of `append_placed` does.
+fn place(out: &mut [u8], offsets: &[u32], values: &[&[u8]]) {
+    for (&at, value) in offsets.iter().zip(values) {
+        out[at as usize..at as usize + value.len()].copy_from_slice(value);
+    }
+}
+
 #[test]
-fn batches_framed_by_the_caller_are_checked_whole_and_kept_as_framed() {
+fn batches_placed_by_the_caller_are_checked_whole_and_read_back_in_order() {
     let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let before = store_entries(&storage);
     let ok = RANGE.start;
-    let good = framed(&[(ok, &[b"a"])]);
-    let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("a header cut short", good[..6].to_vec()),
-        ("a value cut short", good[..good.len() - 1].to_vec()),
-        (
-            "a negative count",
-            framed(&[(ok, &[])])
-                .iter()
-                .enumerate()
-                .map(|(i, b)| if i < 4 { 0xff } else { *b })
-                .collect(),
-        ),
-        (
-            "a negative length",
-            [&good[..8], &(-1i32).to_be_bytes()[..], b"a"].concat(),
-        ),
-        ("bytes after the last group", [&good[..], &[0][..]].concat()),
-        ("key group -2", framed(&[(ok, &[b"a"]), (-2, &[b"b"])])),
-        (
-            "key group below range",
-            framed(&[(RANGE.start - 1, &[b"a"])]),
-        ),
-        (
-            "key group above range",
-            framed(&[(ok, &[b"a"]), (RANGE.end + 1, &[b"b"])]),
-        ),
+    // Refused before the caller is asked for anything.
+    let cases: Vec<(&str, Vec<i32>, Vec<u32>)> = vec![
+        ("more key groups than lengths", vec![ok, ok], vec![1]),
+        ("more lengths than key groups", vec![ok], vec![1, 1]),
+        ("key group -2", vec![ok, -2], vec![1, 1]),
+        ("key group below range", vec![RANGE.start - 1], vec![1]),
+        ("key group above range", vec![ok, RANGE.end + 1], vec![1, 1]),
     ];
-    for (what, bytes) in cases {
-        assert_invalid_argument(append_framed(&w, &bytes), what);
+    for (what, key_groups, lengths) in cases {
+        let result = w.append_placed(&key_groups, &lengths, |_, _| {
+            unreachable!("{what}: a refused batch asks for no values")
+        });
+        assert_invalid_argument(result, what);
         assert_eq!(w.failure(), None, "{what}: trapped");
     }
-    // A fill that gives up appends nothing either, and a persist that takes its batch
-    // along persists nothing.
-    let gave_up = w.append_framed(good.len(), |out| {
-        out[..4].copy_from_slice(&good[..4]);
-        false
+    // A caller that writes beyond its values, or gives up, appends nothing; nor does a
+    // persist that takes its batch along persist anything.
+    let beyond = w.append_placed(&[ok, ok], &[1, 1], |out, _| {
+        out[..4].copy_from_slice(&[0xff; 4]);
+        true
     });
+    assert_invalid_argument(beyond, "bytes written beyond the values");
+    let gave_up = w.append_placed(&[ok], &[1], |_, _| false);
     assert!(
         matches!(&gave_up, Err(Error::InvalidArgument(m)) if m.contains("did not write")),
         "{gave_up:?}"
     );
-    let gave_up = w.append_framed_and_persist(good.len(), |_| false, 0, 7);
+    let gave_up = w.append_placed_and_persist(&[ok], &[1], |_, _| false, 0, 7);
     assert!(
         matches!(gave_up, Err(Error::InvalidArgument(_))),
         "{gave_up:?}"
     );
-    w.append_framed(0, |_| unreachable!("no bytes to write"))
+    w.append_placed(&[], &[], |_, _| unreachable!("no values to write"))
         .unwrap();
     nothing_appended(&w, 0);
     assert_eq!(
@@ -260,22 +239,23 @@ fn batches_framed_by_the_caller_are_checked_whole_and_kept_as_framed() {
         "a rejected batch writes nothing"
     );
 
-    // Groups are kept as framed: a key group's changes in the order of its groups,
-    // metadata and empty values included; a single append between batches keeps its
-    // place.
+    // Each key group's changes in append order, metadata and empty values included; a
+    // single append between batches keeps its place.
     let from = w.next_sequence_number().unwrap();
-    append_framed(
+    append_placed(
         &w,
-        &framed(&[(-1, &[b"meta"]), (RANGE.end, &[b"x1", b""]), (ok, &[b"y1"])]),
+        &[RANGE.end, -1, ok, RANGE.end],
+        &[b"x1", b"meta", b"y1", b""],
     )
     .unwrap();
     w.append(RANGE.end, b"x2").unwrap();
-    let last = framed(&[(RANGE.end, &[b"x3"]), (ok, &[b"y2"])]);
+    let last: [&[u8]; 2] = [b"y2", b"x3"];
     let snapshot = w
-        .append_framed_and_persist(
-            last.len(),
-            |out| {
-                out.copy_from_slice(&last);
+        .append_placed_and_persist(
+            &[ok, RANGE.end],
+            &[2, 2],
+            |out, offsets| {
+                place(out, offsets, &last);
                 true
             },
             from,
@@ -300,7 +280,7 @@ fn batches_framed_by_the_caller_are_checked_whole_and_kept_as_framed() {
     assert_eq!(read.len(), 7);
 
     w.close().unwrap();
-    let closed = w.append_framed(good.len(), |_| {
+    let closed = w.append_placed(&[ok], &[1], |_, _| {
         unreachable!("a closed writer takes nothing")
     });
     assert!(

@@ -64,10 +64,18 @@ struct StorageHandle {
     completions: Completions,
 }
 
-/// One Flink operator's writer and the Java buffer its hand-off budget is published into.
+/// One Flink operator's writer and the Java buffers of its batches.
 struct WriterHandle {
     writer: Writer,
     completions: Completions,
+    /// Key group per change of a batch (native-order `int`s), from the Java writer's
+    /// direct buffer.
+    key_groups: (*mut u8, usize),
+    /// Length per change (native-order `int`s).
+    lengths: (*mut u8, usize),
+    /// Where each change's value goes in the framed batch (native-order `int`s), written
+    /// here for the Java writer's `frame`.
+    offsets: (*mut u8, usize),
     /// Where the writer's hand-off budget is published after every call that changes it
     /// ([`WriterHandle::budgeted`]), for the Java writer to count down.
     budget: (*mut u8, usize),
@@ -85,9 +93,32 @@ enum Unframed {
     Thrown(jni_sys::jthrowable),
     /// The framer has no `frame(ByteBuffer)` method.
     NoMethod,
+    /// The framed batch, this many bytes, is more than a `ByteBuffer` covers.
+    TooLarge(usize),
 }
 
 impl WriterHandle {
+    /// The key groups and lengths of the first `count` changes of the Java writer's batch.
+    fn columns(&self, count: jint) -> Result<(&[i32], &[u32]), Thrown> {
+        let count = count.max(0) as usize;
+        let capacity = self.key_groups.1.min(self.lengths.1).min(self.offsets.1) / 4;
+        if count > capacity {
+            return Err(Thrown::argument(format!(
+                "dstl: writer {}: a batch of {count} changes exceeds its buffers ({capacity})",
+                self.writer.name()
+            )));
+        }
+        // SAFETY: the Java writer owns these direct buffers for the writer's lifetime, does
+        // not touch them during a native call, and allocated them aligned (direct buffers
+        // are page-aligned); the count was checked against their capacities.
+        Ok(unsafe {
+            (
+                std::slice::from_raw_parts(self.key_groups.0 as *const i32, count),
+                std::slice::from_raw_parts(self.lengths.0 as *const u32, count),
+            )
+        })
+    }
+
     /// Runs `call`, one that may change the hand-off budget (an append, a rollover, a
     /// persist), then publishes the budget it leaves, whether the call failed or not.
     fn budgeted<R>(&self, call: impl FnOnce(&Writer) -> R) -> R {
@@ -111,22 +142,28 @@ impl WriterHandle {
         unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), self.budget.0, BUDGET_BYTES) };
     }
 
-    /// The length of a batch the Java writer frames: `bytes`, which a `ByteBuffer` (an
-    /// `int` capacity) can cover.
-    fn framed_len(&self, bytes: jlong) -> Result<usize, Thrown> {
-        match i32::try_from(bytes) {
-            Ok(len) if len >= 0 => Ok(len as usize),
-            _ => Err(Thrown::argument(format!(
-                "dstl: writer {}: a framed batch of {bytes} bytes does not fit a ByteBuffer",
-                self.writer.name()
-            ))),
+    /// Has the Java writer `framer` write its batch's values into `out`, the bytes of the
+    /// sandbox the batch is lowered into, at `offsets`: publishes the offsets into its
+    /// buffer and calls back its `frame(ByteBuffer)`; why not, if it did not.
+    fn frame(
+        &self,
+        env: Env,
+        framer: jobject,
+        out: &mut [u8],
+        offsets: &[u32],
+    ) -> Result<(), Unframed> {
+        if out.len() > i32::MAX as usize || offsets.len() * 4 > self.offsets.1 {
+            return Err(Unframed::TooLarge(out.len()));
         }
-    }
-
-    /// Has the Java writer `framer` write its batch into `out`, the bytes of the sandbox
-    /// the batch is lowered into, by calling back its `frame(ByteBuffer)`; why not, if it
-    /// did not.
-    fn frame(&self, env: Env, framer: jobject, out: &mut [u8]) -> Result<(), Unframed> {
+        // SAFETY: the Java writer owns this direct buffer for the writer's lifetime and
+        // reads it only in `frame`, during this call; the length was checked above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                offsets.as_ptr().cast::<u8>(),
+                self.offsets.0,
+                offsets.len() * 4,
+            )
+        };
         let method = match self.frame.get() {
             Some(&method) => method as jni_sys::jmethodID,
             None => {
@@ -141,23 +178,28 @@ impl WriterHandle {
             .map_err(Unframed::Thrown)
     }
 
-    /// Runs `call` with a fill that has the Java writer frame its batch, then answers as
-    /// the entry point: an exception `frame` threw is rethrown as it was.
-    fn framed_call<R>(
+    /// Runs `call` on the first `count` changes of the Java writer's batch, with a
+    /// `place` that has the Java writer `framer` write their values, then answers as the
+    /// entry point: an exception `frame` threw is rethrown as it was.
+    fn placed_call<R>(
         &self,
         env: Env,
         framer: jobject,
-        call: impl FnOnce(&Writer, &mut dyn FnMut(&mut [u8]) -> bool) -> Result<R, Error>,
+        count: jint,
+        call: impl FnOnce(&Writer, &[i32], &[u32], &mut PlaceFn<'_>) -> Result<R, Error>,
     ) -> Result<Option<R>, Thrown> {
         if framer.is_null() {
             return Err(Thrown::argument(format!(
-                "dstl: writer {}: no Java writer to frame the batch (null)",
+                "dstl: writer {}: no Java writer to write the batch (null)",
                 self.writer.name()
             )));
         }
+        let (key_groups, lengths) = self.columns(count)?;
         let mut unframed = None;
         let result = self.budgeted(|writer| {
-            call(writer, &mut |out| match self.frame(env, framer, out) {
+            call(writer, key_groups, lengths, &mut |out, offsets| match self
+                .frame(env, framer, out, offsets)
+            {
                 Ok(()) => true,
                 Err(why) => {
                     unframed = Some(why);
@@ -174,10 +216,17 @@ impl WriterHandle {
                 "dstl: writer {}: the Java writer has no frame(ByteBuffer) method",
                 self.writer.name()
             ))),
+            Some(Unframed::TooLarge(len)) => Err(Thrown::argument(format!(
+                "dstl: writer {}: a batch of {len} bytes does not fit a ByteBuffer",
+                self.writer.name()
+            ))),
             None => Ok(Some(result?)),
         }
     }
 }
+
+/// A caller's writing of a batch's values, as [`Writer::append_placed`] takes it.
+type PlaceFn<'a> = dyn FnMut(&mut [u8], &[u32]) -> bool + 'a;
 
 /// An error for Java: the exception class and its message.
 pub(crate) struct Thrown {
@@ -493,9 +542,12 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer budget)`:
-    /// a new sandboxed writer for key groups `[start, end]` whose hand-off budget is
-    /// published into the direct buffer `budget`.
+    /// `long createWriter(long storage, byte[] name, int start, int end, ByteBuffer keyGroups,
+    /// ByteBuffer lengths, ByteBuffer offsets, ByteBuffer budget)`: a new sandboxed writer for
+    /// key groups `[start, end]` whose batches' key groups and lengths come from the first
+    /// two direct buffers, whose values' offsets go into the third, and whose hand-off
+    /// budget is published into `budget`.
+    #[allow(clippy::too_many_arguments)]
     fn createWriter(
         env,
         class,
@@ -503,17 +555,28 @@ jni_entry_points! { "Native":
         name: jbyteArray,
         start: jint,
         end: jint,
+        key_groups: jobject,
+        lengths: jobject,
+        offsets: jobject,
         budget: jobject,
     ) -> jlong {
         entry(env, OPERATION, 0, |env| {
             // SAFETY: live handle.
             let storage = unsafe { storage(handle) };
             let name = String::from_utf8_lossy(&env.bytes(name)).into_owned();
-            let budget = env.direct_buffer(budget).ok_or_else(|| {
-                Thrown::argument(format!(
-                    "dstl: writer {name}: the budget buffer must be a direct ByteBuffer"
-                ))
-            })?;
+            let direct = |buffer| {
+                env.direct_buffer(buffer).ok_or_else(|| {
+                    Thrown::argument(format!(
+                        "dstl: writer {name}: the batch buffers must be direct ByteBuffers"
+                    ))
+                })
+            };
+            let (key_groups, lengths, offsets, budget) = (
+                direct(key_groups)?,
+                direct(lengths)?,
+                direct(offsets)?,
+                direct(budget)?,
+            );
             if budget.1 < BUDGET_BYTES {
                 return Err(Thrown::argument(format!(
                     "dstl: writer {name}: the budget buffer holds {} bytes, not {BUDGET_BYTES}",
@@ -538,6 +601,9 @@ jni_entry_points! { "Native":
             let handle = WriterHandle {
                 writer,
                 completions: storage.completions.clone(),
+                key_groups,
+                lengths,
+                offsets,
                 budget,
                 frame: OnceLock::new(),
             };
@@ -546,16 +612,17 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `void appendFramed(long writer, DstlChangelogWriter framer, long bytes)`: appends
-    /// the changes the Java writer holds, `bytes` of them framed by key group, which it
-    /// writes straight into the writer's sandbox when this call has it do so
-    /// (`framer.frame(ByteBuffer)`, called back on the calling thread).
-    fn appendFramed(env, class, handle: jlong, framer: jobject, bytes: jlong) {
+    /// `void appendFramed(long writer, DstlChangelogWriter framer, int count)`: appends the
+    /// `count` changes of the Java writer's batch (key groups and lengths in its buffers),
+    /// framed here, whose values it writes straight into the writer's sandbox when this
+    /// call has it do so (`framer.frame(ByteBuffer)`, called back on the calling thread).
+    fn appendFramed(env, class, handle: jlong, framer: jobject, count: jint) {
         writer_entry(env, class, handle, (), |env| {
             // SAFETY: live handle, used by its writer's task thread only.
             let w = unsafe { writer(handle) };
-            let len = w.framed_len(bytes)?;
-            w.framed_call(env, framer, |writer, fill| writer.append_framed(len, fill))?;
+            w.placed_call(env, framer, count, |writer, key_groups, lengths, place| {
+                writer.append_placed(key_groups, lengths, place)
+            })?;
             Ok(())
         })
     }
@@ -583,21 +650,20 @@ jni_entry_points! { "Native":
         })
     }
 
-    /// `void persistFramed(long writer, DstlChangelogWriter framer, long bytes, long from,
-    /// long checkpoint, long request)`: appends the changes the Java writer holds, framed as
-    /// for `appendFramed`, and starts a persist, in one call into the writer; its outcome
-    /// is delivered by `nextCompletion` under `request`.
+    /// `void persistFramed(long writer, DstlChangelogWriter framer, int count, long from,
+    /// long checkpoint, long request)`: appends the Java writer's batch as `appendFramed`
+    /// does and starts a persist, in one call into the writer; its outcome is delivered by
+    /// `nextCompletion` under `request`.
     fn persistFramed(
-        env, class, handle: jlong, framer: jobject, bytes: jlong, from: jlong, checkpoint: jlong,
+        env, class, handle: jlong, framer: jobject, count: jint, from: jlong, checkpoint: jlong,
         request: jlong,
     ) {
         writer_entry(env, class, handle, (), |env| {
             // SAFETY: live handle.
             let w = unsafe { writer(handle) };
-            let len = w.framed_len(bytes)?;
             let from = sequence(from)?;
-            let future = w.framed_call(env, framer, |writer, fill| {
-                writer.append_framed_and_persist(len, fill, from, checkpoint)
+            let future = w.placed_call(env, framer, count, |writer, key_groups, lengths, place| {
+                writer.append_placed_and_persist(key_groups, lengths, place, from, checkpoint)
             })?;
             if let Some(future) = future {
                 w.completions.deliver(request, future);

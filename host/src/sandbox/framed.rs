@@ -43,21 +43,28 @@ impl<'a> Packed<'a> {
     }
 }
 
-/// A batch on its way into the guest: packed columns the host frames, or bytes the caller
-/// frames.
+/// A batch on its way into the guest: packed columns, or columns whose values the caller
+/// writes into the sandbox itself.
 #[derive(Clone, Copy)]
 pub(crate) enum Batch<'a> {
     Packed(Packed<'a>),
-    Filled(&'a dyn Fill),
+    Placed(Placed<'a>),
 }
 
-/// A caller's framing as the lowering sees it (behind a trait object, so a batch's
-/// lifetime stays covariant however the caller's closure borrows).
-pub(crate) trait Fill: Send + Sync {
-    /// Bytes of the framed batch.
-    fn len(&self) -> usize;
-    /// Writes the batch into `out` (`len` bytes).
-    fn write(&self, out: &mut [u8]);
+/// Changes whose key groups and lengths the host has and whose values the caller writes
+/// where the framing puts them ([`Placing`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Placed<'a> {
+    pub key_groups: &'a [i32],
+    pub lengths: &'a [u32],
+    pub place: &'a dyn Place,
+}
+
+/// A caller's writing of values as the lowering sees it (behind a trait object, so a
+/// batch's lifetime stays covariant however the caller's closure borrows).
+pub(crate) trait Place: Send + Sync {
+    /// Has the caller write each change's value into `out`, change `i`'s at `offsets[i]`.
+    fn place(&self, out: &mut [u8], offsets: &[u32]);
 }
 
 /// Scratch space of one writer's framing, kept for its capacity.
@@ -65,81 +72,76 @@ pub(crate) trait Fill: Send + Sync {
 pub(crate) struct Framing(FramedBatch);
 
 impl Framing {
-    /// `batch` ready to be lowered: packed columns (checked: they agree and their lengths
-    /// add up to their data) ordered for framing.
+    /// `batch` ready to be lowered: its columns (checked: they agree, and a packed batch's
+    /// lengths add up to its data) ordered for framing.
     pub fn frame<'a>(&'a mut self, batch: Batch<'a>) -> Framed<'a> {
-        match batch {
-            Batch::Packed(batch) => {
-                self.0.order(batch.key_groups, batch.lengths);
-                Framed::Columns {
-                    batch,
-                    framing: &self.0,
-                }
-            }
-            Batch::Filled(filling) => Framed::Filled(filling),
+        let (key_groups, lengths) = match &batch {
+            Batch::Packed(packed) => (packed.key_groups, packed.lengths),
+            Batch::Placed(placed) => (placed.key_groups, placed.lengths),
+        };
+        self.0.order(key_groups, lengths);
+        Framed {
+            batch,
+            framing: &self.0,
         }
     }
 }
 
-/// A batch its caller frames itself, written while it is lowered: `len` bytes of whole
-/// groups, which `fill` writes into the guest's memory (the one copy into the sandbox
-/// is the caller's). What it wrote is checked with `check` before the guest runs.
-pub(crate) struct Filling<'a> {
-    len: usize,
-    fill: Cell<Option<&'a mut FillFn<'a>>>,
+/// Values a caller writes straight into the sandbox, while the batch is lowered: `place`
+/// gets the batch's bytes, framed by the host, and where each value goes (the one copy
+/// into the sandbox is the caller's). What the bytes hold afterwards is checked with
+/// `check` before the guest runs.
+pub(crate) struct Placing<'a> {
+    place: Cell<Option<&'a mut PlaceFn<'a>>>,
     check: &'a CheckFn<'a>,
-    written: Cell<Option<Filled>>,
+    placed: Cell<Option<Filled>>,
 }
 
-/// A caller's fill: writes a framed batch into the bytes given, false if it cannot.
-pub(crate) type FillFn<'a> = dyn FnMut(&mut [u8]) -> bool + 'a;
+/// A caller's writing of values: each change's into the bytes given at its offset; false
+/// if it cannot.
+pub(crate) type PlaceFn<'a> = dyn FnMut(&mut [u8], &[u32]) -> bool + 'a;
 /// The host's check of a framed batch (`WriterConfig::check_framed`).
 pub(crate) type CheckFn<'a> = dyn Fn(&[u8]) -> Result<FramedGroups, WriterError> + 'a;
 
-/// What a [`Filling`] came to.
+/// What a [`Placing`] came to.
 #[derive(Debug)]
 pub(crate) enum Filled {
     /// Whole groups that passed the check.
     Groups(FramedGroups),
-    /// Bytes the check refused; the guest, which checks them too, appends nothing.
+    /// Bytes the check refused (the caller wrote beyond its values); the guest, which
+    /// checks them too, appends nothing.
     Refused(WriterError),
     /// The caller gave up; the guest was handed bytes it refuses whole.
     NotWritten,
 }
 
 // SAFETY: wasmtime asks every lowered type to be `Send + Sync` because it may be lowered
-// on another thread in its async calls. The writer's calls are synchronous: a `Filling`
+// on another thread in its async calls. The writer's calls are synchronous: a `Placing`
 // is made, lowered and read on the one thread of the call that owns it, never shared.
-unsafe impl Send for Filling<'_> {}
+unsafe impl Send for Placing<'_> {}
 // SAFETY: as above.
-unsafe impl Sync for Filling<'_> {}
+unsafe impl Sync for Placing<'_> {}
 
-impl<'a> Filling<'a> {
-    /// A batch of `len` framed bytes that `fill` writes (false: it could not).
-    pub fn new(len: usize, fill: &'a mut FillFn<'a>, check: &'a CheckFn<'a>) -> Self {
+impl<'a> Placing<'a> {
+    /// Values that `place` writes (false: it could not), checked with `check`.
+    pub fn new(place: &'a mut PlaceFn<'a>, check: &'a CheckFn<'a>) -> Self {
         Self {
-            len,
-            fill: Cell::new(Some(fill)),
+            place: Cell::new(Some(place)),
             check,
-            written: Cell::new(None),
+            placed: Cell::new(None),
         }
     }
 
-    /// What the lowering wrote; `None` if the call never lowered it.
-    pub fn written(self) -> Option<Filled> {
-        self.written.into_inner()
+    /// What the lowering came to; `None` if the call never lowered the batch.
+    pub fn placed(self) -> Option<Filled> {
+        self.placed.into_inner()
     }
 }
 
-impl Fill for Filling<'_> {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Has the caller fill `out` (the lowering's bytes) and checks what it wrote.
-    fn write(&self, out: &mut [u8]) {
-        let written = match self.fill.take() {
-            Some(fill) => out.is_empty() || fill(out),
+impl Place for Placing<'_> {
+    fn place(&self, out: &mut [u8], offsets: &[u32]) {
+        let written = match self.place.take() {
+            Some(place) => offsets.is_empty() || place(out, offsets),
             None => false,
         };
         let filled = match written {
@@ -149,49 +151,44 @@ impl Fill for Filling<'_> {
             },
             false => Filled::NotWritten,
         };
-        // Bytes a caller did not finish are handed over as a batch the guest refuses
-        // whole (a group of a negative count; shorter than a group's header, any bytes
-        // are one), so a persist that takes them along fails and persists nothing.
+        // A batch a caller did not finish is handed over as one the guest refuses whole
+        // (its first group of a negative count), so a persist that takes it along fails
+        // and persists nothing.
         if let (Filled::NotWritten, Some(count)) = (&filled, out.get_mut(..4)) {
             count.copy_from_slice(&(-1i32).to_be_bytes());
         }
-        self.written.set(Some(filled));
+        self.placed.set(Some(filled));
     }
 }
 
-/// A batch lowered as a `list<u8>` of framed groups.
-pub(crate) enum Framed<'a> {
-    /// Packed columns, framed here: a group per key group.
-    Columns {
-        batch: Packed<'a>,
-        framing: &'a FramedBatch,
-    },
-    /// Framed by the caller.
-    Filled(&'a dyn Fill),
+/// A batch lowered as a `list<u8>` of framed groups, one per key group.
+pub(crate) struct Framed<'a> {
+    batch: Batch<'a>,
+    framing: &'a FramedBatch,
 }
 
 impl Framed<'_> {
     /// Allocates the framed batch in the guest and writes it there: where, and how long.
     fn write(&self, cx: &mut LowerContext<'_, impl Sized>) -> wasmtime::Result<(usize, usize)> {
-        let len = match self {
-            Framed::Columns { framing, .. } => framing.len(),
-            Framed::Filled(filling) => filling.len(),
-        };
+        let len = self.framing.len();
         let ptr = cx.realloc(0, 0, 1, len)?;
         let out = cx
             .as_slice_mut()
             .get_mut(ptr..ptr + len)
             .ok_or_else(|| wasmtime::format_err!("realloc return: beyond end of memory"))?;
-        match self {
-            Framed::Columns { batch, framing } => {
-                framing.write(out, batch.key_groups, batch.lengths, batch.data);
-                Ok((ptr, len))
+        match self.batch {
+            Batch::Packed(batch) => {
+                self.framing
+                    .write(out, batch.key_groups, batch.lengths, batch.data);
             }
-            Framed::Filled(filling) => {
-                filling.write(out);
-                Ok((ptr, len))
+            Batch::Placed(batch) => {
+                let mut offsets = Vec::new();
+                self.framing
+                    .place(out, batch.key_groups, batch.lengths, &mut offsets);
+                batch.place.place(out, &offsets);
             }
         }
+        Ok((ptr, len))
     }
 }
 

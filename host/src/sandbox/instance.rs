@@ -20,7 +20,7 @@ use super::bindings::{
 use super::context::{CallClock, WriterCtx, WriterLinks};
 use super::engine::deadline_ticks;
 use super::framed::Framed;
-pub(crate) use super::framed::{Batch, Fill, Filled, Filling, Packed};
+pub(crate) use super::framed::{Batch, Filled, Packed, Placed, Placing};
 use super::trap::Trap;
 use crate::registry::WriterId;
 use crate::services::Services;

@@ -22,6 +22,6 @@ pub use codec::ComponentCodec;
 pub(crate) use context::WriterLinks;
 pub use engine::WriterComponent;
 pub(crate) use engine::{EngineSettings, MAX_POOL_RESERVATION, Runtime, pool_reservation};
-pub(crate) use instance::{Batch, Call, Fill, Filled, Filling, Instance, Limits, Packed};
+pub(crate) use instance::{Batch, Call, Filled, Instance, Limits, Packed, Placed, Placing};
 pub(crate) use trap::Trap;
 pub use trap::TrapKind;

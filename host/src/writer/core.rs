@@ -15,7 +15,7 @@ use super::buffer::AppendBuffer;
 use super::persist::{PersistFuture, Tickets, UploadFailures};
 use crate::error::Error;
 use crate::registry::WriterId;
-use crate::sandbox::{Batch, Call, Fill, Filled, Filling, Instance, Packed, Trap};
+use crate::sandbox::{Batch, Call, Filled, Instance, Packed, Placed, Placing, Trap};
 use crate::services::Services;
 use crate::sync::panic_message;
 use crate::telemetry::WriterMetrics;
@@ -230,47 +230,78 @@ impl WriterCore {
         result
     }
 
-    /// Appends a batch its caller frames straight into the guest (`append-framed`), in one
-    /// call: such a caller counts down the writer's budget, so the batch ends where the
-    /// open change set reaches the threshold, and needs no cut.
-    pub fn append_filled(
+    /// Appends a batch whose values its caller writes straight into the guest
+    /// (`append-framed`), checked here first, in one call: such a caller counts down the
+    /// writer's budget, so the batch ends where the open change set reaches the
+    /// threshold, and needs no cut.
+    pub fn append_placed(
         &self,
         state: &mut WriterState,
-        filling: Filling<'_>,
+        key_groups: &[i32],
+        lengths: &[u32],
+        placing: Placing<'_>,
     ) -> Result<(), Error> {
         let result = self.invoke(state, |instance, book| {
-            if book.closed {
-                return Ok(Err(closed_to_batches()));
+            if let Err(e) = self.check_placed(book, key_groups, lengths) {
+                return Ok(Err(e));
             }
-            let open = instance.append_batch(Batch::Filled(&filling))?;
+            let batch = Placed {
+                key_groups,
+                lengths,
+                place: &placing,
+            };
+            let open = instance.append_batch(Batch::Placed(batch))?;
             book.hand_off.handed_over(open.as_ref().copied());
             Ok(open.map(drop))
         });
-        self.filled(result, filling)
+        self.placed(result, placing)
     }
 
-    /// One `persist-framed` call of a batch its caller frames (see
-    /// [`WriterCore::append_filled`]): the guest's reply as a future.
-    pub fn persist_filled(
+    /// One `persist-framed` call of a batch whose values its caller writes (see
+    /// [`WriterCore::append_placed`]): the guest's reply as a future.
+    pub fn persist_placed(
         &self,
         state: &mut WriterState,
-        filling: Filling<'_>,
+        key_groups: &[i32],
+        lengths: &[u32],
+        placing: Placing<'_>,
         from: u64,
         checkpoint: i64,
     ) -> Result<PersistFuture, Error> {
         let result = self.invoke(state, |instance, book| {
-            let reply = instance.persist(Batch::Filled(&filling), from, checkpoint)?;
+            if let Err(e) = self.check_placed(book, key_groups, lengths) {
+                return Ok(Err(e));
+            }
+            let batch = Placed {
+                key_groups,
+                lengths,
+                place: &placing,
+            };
+            let reply = instance.persist(Batch::Placed(batch), from, checkpoint)?;
             Ok(self.persist_reply(book, reply))
         });
-        self.filled(result, filling)
+        self.placed(result, placing)
     }
 
-    /// The outcome of a call that took `filling`: the host's own verdict on what the caller
-    /// wrote comes first (the guest, which checks it too, appended nothing of a batch the
-    /// host refuses), then the guest's answer.
-    fn filled<R>(&self, result: Result<R, Error>, filling: Filling<'_>) -> Result<R, Error> {
-        let len = filling.len();
-        match filling.written() {
+    /// The guest's checks of a batch, in its order, before any of it reaches the guest.
+    fn check_placed(
+        &self,
+        book: &Bookkeeping,
+        key_groups: &[i32],
+        lengths: &[u32],
+    ) -> Result<(), WriterError> {
+        if book.closed {
+            return Err(closed_to_batches());
+        }
+        let total: u64 = lengths.iter().map(|&len| len as u64).sum();
+        self.config.check_batch(key_groups, lengths, total as usize)
+    }
+
+    /// The outcome of a call that took `placing`: the host's own verdict on what the
+    /// caller wrote comes first (the guest, which checks it too, appended nothing of a
+    /// batch the host refuses), then the guest's answer.
+    fn placed<R>(&self, result: Result<R, Error>, placing: Placing<'_>) -> Result<R, Error> {
+        match placing.placed() {
             Some(Filled::Groups(read)) => {
                 let value = result?;
                 if read.changes > 0 {
@@ -280,8 +311,8 @@ impl WriterCore {
             }
             Some(Filled::Refused(refused)) => Err(self.writer_error(refused)),
             Some(Filled::NotWritten) => Err(Error::InvalidArgument(format!(
-                "writer {}: the caller did not write its framed batch of {len} bytes; \
-                 nothing of it was appended",
+                "writer {}: the caller did not write the values of its batch; nothing of it \
+                 was appended",
                 self.name
             ))),
             // Never lowered: the call failed before it reached the guest.

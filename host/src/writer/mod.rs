@@ -21,7 +21,7 @@ pub use self::persist::PersistFuture;
 use crate::error::Error;
 use crate::registry::WriterId;
 use crate::sandbox::{
-    Call, Filling, Instance, Limits, Packed, Runtime, WriterComponent, WriterLinks,
+    Call, Instance, Limits, Packed, Placing, Runtime, WriterComponent, WriterLinks,
 };
 use crate::services::Services;
 use crate::telemetry::PersistReturned;
@@ -147,7 +147,7 @@ impl Writer {
     }
 
     /// How much a caller that gathers its own batches (for [`Writer::append_batch`] or
-    /// [`Writer::append_framed`]) may gather before it hands them over: the one hand-off rule of every host
+    /// [`Writer::append_placed`]) may gather before it hands them over: the one hand-off rule of every host
     /// (`dstl_proto::handoff`), which hands a batch over exactly when the writer would
     /// persist it pre-emptively unbatched. Valid until the next call of this writer.
     pub fn budget(&self) -> Budget {
@@ -238,60 +238,56 @@ impl Writer {
         })
     }
 
-    /// Appends a batch the caller frames itself, straight into the writer's sandbox: the
-    /// copy of the values into the sandbox is the caller's own, and there is no other
-    /// before the file's (with [`Writer::append`] there is one more, into the host's
-    /// append buffer). For callers that keep their changes until they hand them over, as
-    /// the Flink plugin does.
+    /// Appends many changes at once, as [`Writer::append_batch`] does, whose values the
+    /// caller writes straight into the writer's sandbox: the copy of a value into the
+    /// sandbox is the caller's own, and there is no other before the file's (with
+    /// [`Writer::append`] there is one more, into the host's append buffer). For callers
+    /// that keep their changes until they hand them over, as the Flink plugin does.
     ///
-    /// `fill` gets `len` bytes of the sandbox's memory, valid only during the call, and
-    /// writes whole change-set groups into all of them, or returns false if it cannot.
-    /// A group is a big-endian `i32` count of changes and the `i32` key group they
-    /// belong to (-1 for metadata), then each change's `i32` length and bytes. The
-    /// writer keeps groups in the order written, so a key group's changes keep the order
-    /// of the groups that hold them; giving each key group one group, in ascending key
-    /// groups, makes the smallest files.
+    /// `lengths[i]` bytes belong to `key_groups[i]` (-1 for metadata). The host frames the
+    /// batch in memory the writer allocated for it, then calls `place` with those bytes,
+    /// valid only during the call, and `offsets`: change `i`'s value goes into the
+    /// `lengths[i]` bytes at `offsets[i]`. `place` writes every value there and nothing
+    /// else, or returns false if it cannot.
     ///
-    /// What `fill` wrote is checked whole before anything of it is appended: a group that
-    /// does not fit (`BatchLengths`), a key group below -1 or outside the writer's range,
-    /// or a `fill` that gave up ([`Error::InvalidArgument`]) appends nothing. The writer
-    /// checks the pre-emptive threshold after the batch, so a caller that wants uploads
-    /// to start where they would with one append per change hands batches over as
-    /// [`Writer::budget`] says.
-    pub fn append_framed(
+    /// The batch is checked whole before anything of it is appended, as by
+    /// [`Writer::append_batch`]: bad columns, a key group below -1 or outside the writer's
+    /// range, bytes written beyond the values, or a `place` that gave up
+    /// ([`Error::InvalidArgument`]) append nothing. The writer checks the pre-emptive
+    /// threshold after the batch, so a caller that wants uploads to start where they would
+    /// with one append per change hands batches over as [`Writer::budget`] says.
+    pub fn append_placed(
         &self,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
+        key_groups: &[i32],
+        lengths: &[u32],
+        place: impl FnOnce(&mut [u8], &[u32]) -> bool,
     ) -> Result<(), Error> {
-        let mut fill = once(fill);
+        let mut place = once(place);
         self.locked(|core, state| {
             core.flush(state)?;
             let check = |data: &[u8]| core.config.check_framed(data);
-            core.append_filled(state, Filling::new(len, &mut fill, &check))
+            core.append_placed(state, key_groups, lengths, Placing::new(&mut place, &check))
         })
     }
 
-    /// Appends a batch framed by the caller as [`Writer::append_framed`], then persists
-    /// as [`Writer::persist`], in one call into the sandbox. A batch that is refused
-    /// fails the call and persists nothing.
-    pub fn append_framed_and_persist(
+    /// Appends a batch whose values the caller writes as for [`Writer::append_placed`],
+    /// then persists as [`Writer::persist`], in one call into the sandbox. A batch that is
+    /// refused fails the call and persists nothing.
+    pub fn append_placed_and_persist(
         &self,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
+        key_groups: &[i32],
+        lengths: &[u32],
+        place: impl FnOnce(&mut [u8], &[u32]) -> bool,
         from: u64,
         checkpoint: i64,
     ) -> Result<PersistFuture, Error> {
-        let mut fill = once(fill);
+        let mut place = once(place);
         let started = Instant::now();
         let result = self.locked(|core, state| {
             core.flush(state)?;
             let check = |data: &[u8]| core.config.check_framed(data);
-            core.persist_filled(
-                state,
-                Filling::new(len, &mut fill, &check),
-                from,
-                checkpoint,
-            )
+            let placing = Placing::new(&mut place, &check);
+            core.persist_placed(state, key_groups, lengths, placing, from, checkpoint)
         });
         self.persisted(started, &result);
         result
@@ -495,8 +491,8 @@ impl Drop for Writer {
     }
 }
 
-/// `fill` as an `FnMut` (the lowering holds it as one), false when called again.
-fn once(fill: impl FnOnce(&mut [u8]) -> bool) -> impl FnMut(&mut [u8]) -> bool {
-    let mut fill = Some(fill);
-    move |out| fill.take().is_some_and(|fill| fill(out))
+/// `place` as an `FnMut` (the lowering holds it as one), false when called again.
+fn once(place: impl FnOnce(&mut [u8], &[u32]) -> bool) -> impl FnMut(&mut [u8], &[u32]) -> bool {
+    let mut place = Some(place);
+    move |out, offsets| place.take().is_some_and(|place| place(out, offsets))
 }

@@ -29,9 +29,10 @@ import org.slf4j.LoggerFactory;
  * or above the budget's {@code aloneAt} goes across in a batch of its own. This class keeps no
  * threshold of its own.
  *
- * <p>A batch crosses framed by key group, as a change-set block holds it: the native call asks
- * this writer to write it ({@link #frame}) straight into the memory the native writer's sandbox
- * allocated for it, so the copy into that buffer is the only one before the file's.
+ * <p>A batch crosses as its key groups and lengths, packed into direct buffers; the native side
+ * frames it in memory the native writer's sandbox allocated for it and, during the same call,
+ * has this writer write the values into their places there ({@link #frame}). So that is the one
+ * copy of a value before the file's, and the format is the native side's alone.
  *
  * <p>Flink calls a writer from its task thread only; the native calls are synchronized all
  * the same, so the storage can free a writer its task never closed. A call that waits for
@@ -50,9 +51,6 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     private static final int MAX_CHANGES = (int) (LIMITS >>> 32);
     /** Values this large or larger go in a batch of their own. */
     private static final int ALONE_AT = (int) LIMITS;
-    /** Bytes of a group's header (count, key group) and of a change's length. */
-    private static final int GROUP_HEADER = 8;
-    private static final int LENGTH = 4;
 
     private static final int META = -1;
 
@@ -62,17 +60,13 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
     private final MailboxExecutor mailbox;
     private final Availability availability;
 
-    /** The batch: each change's group (its key group's offset in the range, 0 for metadata) ... */
-    private final int[] groups;
-    /** ... and value, as appended. */
+    /** The batch: each change's key group and length (native-order ints, read in place) ... */
+    private final ByteBuffer keyGroups;
+    private final ByteBuffer lengths;
+    /** ... and value, as appended ... */
     private final byte[][] values;
-    /** Per group of the range: its changes in the batch ... */
-    private final int[] groupChanges;
-    /** ... and, while {@link #frame} writes, where its next change goes. */
-    private final int[] groupCursor;
-    /** The groups the batch has changes of, {@link #groupCount} of them. */
-    private final int[] touched;
-    private int groupCount;
+    /** ... and where each value goes in the framed batch, as the native side says, for {@link #frame}. */
+    private final ByteBuffer offsets;
     /** The native writer's hand-off budget, published after each call that changes it. */
     private final ByteBuffer budget;
     private int count;
@@ -105,18 +99,15 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         this.name = name;
         this.range = range;
         this.mailbox = mailbox;
-        this.groups = new int[MAX_CHANGES];
+        // Native order: the native side reads and writes these in place.
+        this.keyGroups = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
+        this.lengths = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
+        this.offsets = ByteBuffer.allocateDirect(MAX_CHANGES * 4).order(ByteOrder.nativeOrder());
         this.values = new byte[MAX_CHANGES][];
-        // Metadata, then each key group of the range.
-        int rangeGroups = Math.max(range.getNumberOfKeyGroups(), 0) + 1;
-        this.groupChanges = new int[rangeGroups];
-        this.groupCursor = new int[rangeGroups];
-        this.touched = new int[Math.min(rangeGroups, MAX_CHANGES)];
-        // Native order: the native side writes it in place.
         this.budget = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
         byte[] utf8 = name.getBytes(StandardCharsets.UTF_8);
         this.handle = nativeStorage.open("createWriter", h -> Native.createWriter(
-                h, utf8, range.getStartKeyGroup(), range.getEndKeyGroup(), budget));
+                h, utf8, range.getStartKeyGroup(), range.getEndKeyGroup(), keyGroups, lengths, offsets, budget));
         readBudget();
         try {
             this.closeSignal = Native.closeSignal(handle);
@@ -171,9 +162,9 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             LOG.warn("dstl: writer {} is closed; a change for key group {} is ignored", name, keyGroup);
             return;
         }
-        int group = keyGroup == META ? 0 : keyGroup - range.getStartKeyGroup() + 1;
-        if (group <= 0 && keyGroup != META || group >= groupChanges.length) {
-            // Outside the range: on its own, for the native writer's error.
+        if (keyGroup != META && !range.contains(keyGroup)) {
+            // Outside the range: on its own, for the native writer's error, so the batch
+            // before it is not refused with it.
             synchronized (this) {
                 flush();
                 try {
@@ -188,11 +179,10 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         if (length >= aloneAt && count > 0) {
             flush();
         }
-        groups[count] = group;
+        int slot = count * 4;
+        keyGroups.putInt(slot, keyGroup);
+        lengths.putInt(slot, length);
         values[count] = value;
-        if (groupChanges[group]++ == 0) {
-            touched[groupCount++] = group;
-        }
         count++;
         bytes += length;
         if (bytes >= budgetBytes || count >= budgetChanges || length >= aloneAt) {
@@ -200,52 +190,20 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
         }
     }
 
-    /** Bytes of the batch framed: a header per group, a length per change, the values. */
-    private long framedBytes() {
-        return (long) GROUP_HEADER * groupCount + (long) LENGTH * count + bytes;
-    }
-
     /**
-     * Writes the batch into {@code out} (exactly {@link #framedBytes} bytes, big-endian), framed
-     * as a change-set block frames changes: a group per key group, in ascending key groups
-     * (metadata first), each a count of changes and its key group, then each change's length
-     * and value in append order. The native writer calls this during {@link Native#appendFramed}
-     * or {@link Native#persistFramed}, with {@code out} over memory its sandbox allocated for
-     * the batch; {@code out} is not used past the call.
+     * Writes the batch's values into {@code out}: each at the offset the native side put into
+     * {@link #offsets}. The native writer calls this during {@link Native#appendFramed} or
+     * {@link Native#persistFramed}, with {@code out} over the memory its sandbox allocated for
+     * the batch, which it has framed; {@code out} is not used past the call.
      */
     void frame(ByteBuffer out) {
-        Arrays.sort(touched, 0, groupCount);
-        // Each group's bytes, then where each starts.
         for (int i = 0; i < count; i++) {
-            groupCursor[groups[i]] += LENGTH + values[i].length;
-        }
-        int at = 0;
-        int start = range.getStartKeyGroup();
-        for (int g = 0; g < groupCount; g++) {
-            int group = touched[g];
-            out.putInt(at, groupChanges[group]);
-            out.putInt(at + 4, group == 0 ? META : start + group - 1);
-            int size = groupCursor[group];
-            groupCursor[group] = at + GROUP_HEADER;
-            at += GROUP_HEADER + size;
-        }
-        for (int i = 0; i < count; i++) {
-            int group = groups[i];
-            byte[] value = values[i];
-            int p = groupCursor[group];
-            out.putInt(p, value.length);
-            out.put(p + LENGTH, value);
-            groupCursor[group] = p + LENGTH + value.length;
+            out.put(offsets.getInt(i * 4), values[i]);
         }
     }
 
     /** Empties the batch, whether it reached the native writer or not. */
     private void clearBatch() {
-        for (int g = 0; g < groupCount; g++) {
-            groupChanges[touched[g]] = 0;
-            groupCursor[touched[g]] = 0;
-        }
-        groupCount = 0;
         Arrays.fill(values, 0, count, null);
         count = 0;
         bytes = 0;
@@ -257,7 +215,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             return;
         }
         try {
-            Native.appendFramed(open("append"), this, framedBytes());
+            Native.appendFramed(open("append"), this, count);
         } finally {
             clearBatch();
             readBudget();
@@ -284,7 +242,7 @@ final class DstlChangelogWriter implements StateChangelogWriter<ChangelogStateHa
             long request = storage.expect(future, mailbox, range, name);
             // The batch goes along with the persist, in one native call.
             try {
-                Native.persistFramed(writer, this, framedBytes(), start, checkpointId, request);
+                Native.persistFramed(writer, this, count, start, checkpointId, request);
             } catch (IOException | RuntimeException e) {
                 storage.cancel(request);
                 throw e;

@@ -108,24 +108,32 @@ final class Native {
     /** What a writer's batch holds at most: {@code changes << 32 | aloneAt}. */
     static native long batchLimits();
 
-    static native long createWriter(long storage, byte[] name, int start, int end, ByteBuffer budget)
+    static native long createWriter(
+            long storage,
+            byte[] name,
+            int start,
+            int end,
+            ByteBuffer keyGroups,
+            ByteBuffer lengths,
+            ByteBuffer offsets,
+            ByteBuffer budget)
             throws IOException;
 
     /**
-     * Appends the changes {@code framer} holds, {@code bytes} framed, which it writes into the
-     * writer's sandbox when this call has it do so: {@code framer.frame(ByteBuffer)}, called
-     * back on this thread during this call.
+     * Appends the {@code count} changes of {@code framer}'s batch (key groups and lengths in its
+     * buffers), framed here, whose values it writes into the writer's sandbox when this call has
+     * it do so: {@code framer.frame(ByteBuffer)}, called back on this thread during this call.
      */
-    static native void appendFramed(long writer, DstlChangelogWriter framer, long bytes) throws IOException;
+    static native void appendFramed(long writer, DstlChangelogWriter framer, int count) throws IOException;
 
     /** One change on its own: how a key group outside the writer's range gets the writer's error. */
     static native void append(long writer, int keyGroup, byte[] value) throws IOException;
 
     static native long nextSequenceNumber(long writer) throws IOException;
 
-    /** Appends the changes {@code framer} holds as {@link #appendFramed} does, then persists, in one call. */
+    /** Appends {@code framer}'s batch as {@link #appendFramed} does, then persists, in one call. */
     static native void persistFramed(
-            long writer, DstlChangelogWriter framer, long bytes, long from, long checkpoint, long request)
+            long writer, DstlChangelogWriter framer, int count, long from, long checkpoint, long request)
             throws IOException;
 
     static native void truncate(long writer, long to) throws IOException;

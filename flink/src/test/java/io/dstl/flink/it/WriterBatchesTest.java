@@ -20,10 +20,11 @@ import org.apache.flink.util.CloseableIterator;
 import org.junit.jupiter.api.Timeout;
 
 /**
- * The plugin's writer as a task uses it, without a job: the changes it keeps and frames into
- * the sandbox (by key group, straight into the sandbox's memory) reach the file in each key
- * group's append order, metadata, empty and large values included, as Flink's own reader reads
- * them; a key group outside the writer's range is refused by name and the writer carries on.
+ * The plugin's writer as a task uses it, without a job: the changes whose values it keeps and
+ * writes straight into the sandbox, where the native side framed their batch, reach the file in
+ * each key group's append order, metadata, empty and large values included, as Flink's own
+ * reader reads them; a key group outside the writer's range is refused by name and the writer
+ * carries on.
  */
 @Timeout(120)
 class WriterBatchesTest extends JobTest {
