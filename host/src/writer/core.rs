@@ -242,15 +242,11 @@ impl WriterCore {
         placing: Placing<'_>,
     ) -> Result<(), Error> {
         let result = self.invoke(state, |instance, book| {
-            if let Err(e) = self.check_placed(book, key_groups, lengths) {
-                return Ok(Err(e));
-            }
-            let batch = Placed {
-                key_groups,
-                lengths,
-                place: &placing,
+            let batch = match self.check_placed(book, key_groups, lengths, &placing) {
+                Ok(batch) => batch,
+                Err(e) => return Ok(Err(e)),
             };
-            let open = instance.append_batch(Batch::Placed(batch))?;
+            let open = instance.append_batch(batch)?;
             book.hand_off.handed_over(open.as_ref().copied());
             Ok(open.map(drop))
         });
@@ -269,32 +265,36 @@ impl WriterCore {
         checkpoint: i64,
     ) -> Result<PersistFuture, Error> {
         let result = self.invoke(state, |instance, book| {
-            if let Err(e) = self.check_placed(book, key_groups, lengths) {
-                return Ok(Err(e));
-            }
-            let batch = Placed {
-                key_groups,
-                lengths,
-                place: &placing,
+            let batch = match self.check_placed(book, key_groups, lengths, &placing) {
+                Ok(batch) => batch,
+                Err(e) => return Ok(Err(e)),
             };
-            let reply = instance.persist(Batch::Placed(batch), from, checkpoint)?;
+            let reply = instance.persist(batch, from, checkpoint)?;
             Ok(self.persist_reply(book, reply))
         });
         self.placed(result, placing)
     }
 
-    /// The guest's checks of a batch, in its order, before any of it reaches the guest.
-    fn check_placed(
+    /// The batch whose values `placing` writes, after the guest's checks, in its order,
+    /// before any of it reaches the guest.
+    fn check_placed<'a>(
         &self,
         book: &Bookkeeping,
-        key_groups: &[i32],
-        lengths: &[u32],
-    ) -> Result<(), WriterError> {
+        key_groups: &'a [i32],
+        lengths: &'a [u32],
+        placing: &'a Placing<'_>,
+    ) -> Result<Batch<'a>, WriterError> {
         if book.closed {
             return Err(closed_to_batches());
         }
         let total: u64 = lengths.iter().map(|&len| len as u64).sum();
-        self.config.check_batch(key_groups, lengths, total as usize)
+        self.config
+            .check_batch(key_groups, lengths, total as usize)?;
+        Ok(Batch::Placed(Placed {
+            key_groups,
+            lengths,
+            place: placing,
+        }))
     }
 
     /// The outcome of a call that took `placing`: the host's own verdict on what the
