@@ -81,14 +81,7 @@ impl WriterConfig {
         lengths: &[u32],
         data_len: usize,
     ) -> Result<(), WriterError> {
-        if key_groups.len() != lengths.len() {
-            return Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
-                BatchColumns {
-                    key_groups: key_groups.len() as u64,
-                    lengths: lengths.len() as u64,
-                },
-            )));
-        }
+        Self::check_columns(key_groups, lengths)?;
         let total: u64 = lengths.iter().map(|&l| l as u64).sum();
         if total != data_len as u64 {
             return Err(WriterError::InvalidArgument(InvalidArgument::BatchLengths(
@@ -98,38 +91,64 @@ impl WriterConfig {
                 },
             )));
         }
+        self.check_batch_changes(key_groups, lengths)
+    }
+
+    /// Checks a batch whose values the host's caller writes into the sandbox itself (the
+    /// host frames it from these columns): [`WriterConfig::check_batch`] without data to
+    /// add the lengths up against.
+    pub fn check_placed(&self, key_groups: &[i32], lengths: &[u32]) -> Result<(), WriterError> {
+        Self::check_columns(key_groups, lengths)?;
+        self.check_batch_changes(key_groups, lengths)
+    }
+
+    /// A batch's columns agree.
+    fn check_columns(key_groups: &[i32], lengths: &[u32]) -> Result<(), WriterError> {
+        if key_groups.len() != lengths.len() {
+            return Err(WriterError::InvalidArgument(InvalidArgument::BatchColumns(
+                BatchColumns {
+                    key_groups: key_groups.len() as u64,
+                    lengths: lengths.len() as u64,
+                },
+            )));
+        }
+        Ok(())
+    }
+
+    /// Each change of a batch: its key group and its length.
+    fn check_batch_changes(&self, key_groups: &[i32], lengths: &[u32]) -> Result<(), WriterError> {
         for (&key_group, &len) in key_groups.iter().zip(lengths) {
-            if key_group < META_KEY_GROUP {
-                return Err(WriterError::InvalidArgument(
-                    InvalidArgument::NegativeBatchKeyGroup(key_group),
-                ));
-            }
-            self.check_in_range(key_group)?;
+            self.check_batch_key_group(key_group)?;
             Self::check_length(len as usize)?;
         }
         Ok(())
     }
 
+    /// A key group in a batch: -1 (metadata) or one of the writer's range.
+    fn check_batch_key_group(&self, key_group: i32) -> Result<(), WriterError> {
+        if key_group < META_KEY_GROUP {
+            return Err(WriterError::InvalidArgument(
+                InvalidArgument::NegativeBatchKeyGroup(key_group),
+            ));
+        }
+        self.check_in_range(key_group)
+    }
+
     /// Checks a framed batch (whole change-set groups, `changeCount keyGroup (length
     /// value)*`, as `append-framed` takes them) before anything of it is appended, and
-    /// says what it holds. Shared with the host, which checks a batch its caller framed
-    /// straight into the sandbox.
+    /// says what it holds. Shared with the host, which checks the bytes of a batch whose
+    /// values its caller wrote straight into the sandbox.
     pub fn check_framed(&self, data: &[u8]) -> Result<crate::codec::FramedGroups, WriterError> {
-        crate::codec::framed_groups(data, |key_group| {
-            if key_group < META_KEY_GROUP {
-                return Err(WriterError::InvalidArgument(
-                    InvalidArgument::NegativeBatchKeyGroup(key_group),
-                ));
-            }
-            self.check_in_range(key_group)
-        })
-        .map_err(|e| match e {
-            Ok(end) => WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
-                total: end as u64,
-                data: data.len() as u64,
-            })),
-            Err(refused) => refused,
-        })
+        crate::codec::framed_groups(data, |key_group| self.check_batch_key_group(key_group))
+            .map_err(|e| match e {
+                Ok(end) => {
+                    WriterError::InvalidArgument(InvalidArgument::BatchLengths(BatchLengths {
+                        total: end as u64,
+                        data: data.len() as u64,
+                    }))
+                }
+                Err(refused) => refused,
+            })
     }
 
     /// Checks a value's length against the format's `i32` lengths.

@@ -287,9 +287,7 @@ impl WriterCore {
         if book.closed {
             return Err(closed_to_batches());
         }
-        let total: u64 = lengths.iter().map(|&len| len as u64).sum();
-        self.config
-            .check_batch(key_groups, lengths, total as usize)?;
+        self.config.check_placed(key_groups, lengths)?;
         Ok(Batch::Placed(Placed {
             key_groups,
             lengths,
