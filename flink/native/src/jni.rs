@@ -1,6 +1,6 @@
 //! The few raw JNI calls the entry points need, on `jni-sys`. The hot path (an append)
 //! touches no JNI function at all; a batch takes one call back into the Java writer, which
-//! frames it into a direct buffer over the sandbox's memory (`call_with_buffer`).
+//! writes its values into a direct buffer over the sandbox's memory (`call_with_buffer`).
 
 use std::ffi::CString;
 
@@ -175,13 +175,14 @@ impl Env {
     /// Calls the `void (ByteBuffer)` method `method` of `object` with a direct buffer over
     /// `bytes`, for the length of the call. An exception it throws is taken out of the
     /// pending state and returned (a local reference), so the native call goes on
-    /// without one pending and rethrows it at the end ([`Env::rethrow`]).
+    /// without one pending and rethrows it at the end ([`Env::rethrow`]); `Err(None)` if
+    /// the VM made no direct buffer and threw nothing (the method was not called).
     pub fn call_with_buffer(
         &self,
         object: jobject,
         method: jmethodID,
         bytes: &mut [u8],
-    ) -> Result<(), jthrowable> {
+    ) -> Result<(), Option<jthrowable>> {
         let t = self.table();
         // SAFETY: valid env; `object` and `method` are a live reference of this call and a
         // method of its class taking a ByteBuffer; the buffer covers exactly `bytes`,
@@ -196,11 +197,14 @@ impl Env {
                 (t.DeleteLocalRef)(self.0, buffer);
             }
             let thrown = (t.ExceptionOccurred)(self.0);
-            if thrown.is_null() {
-                return Ok(());
+            if !thrown.is_null() {
+                (t.ExceptionClear)(self.0);
+                return Err(Some(thrown));
             }
-            (t.ExceptionClear)(self.0);
-            Err(thrown)
+            match buffer.is_null() {
+                true => Err(None),
+                false => Ok(()),
+            }
         }
     }
 

@@ -87,7 +87,7 @@ struct WriterHandle {
 /// (native-order `int`s), as `DstlChangelogWriter.java` reads them.
 const BUDGET_BYTES: usize = 16;
 
-/// Why the Java writer did not frame its batch.
+/// Why the Java writer did not write its batch's values.
 enum Unframed {
     /// `frame` threw this (a local reference of the call, no longer pending).
     Thrown(jni_sys::jthrowable),
@@ -95,6 +95,8 @@ enum Unframed {
     NoMethod,
     /// The framed batch, this many bytes, is more than a `ByteBuffer` covers.
     TooLarge(usize),
+    /// The VM made no direct buffer over the batch (and threw nothing).
+    NoBuffer,
 }
 
 impl WriterHandle {
@@ -175,7 +177,7 @@ impl WriterHandle {
             }
         };
         env.call_with_buffer(framer, method, out)
-            .map_err(Unframed::Thrown)
+            .map_err(|thrown| thrown.map_or(Unframed::NoBuffer, Unframed::Thrown))
     }
 
     /// Runs `call` on the first `count` changes of the Java writer's batch, with a
@@ -214,6 +216,10 @@ impl WriterHandle {
             }
             Some(Unframed::NoMethod) => Err(Thrown::io(format!(
                 "dstl: writer {}: the Java writer has no frame(ByteBuffer) method",
+                self.writer.name()
+            ))),
+            Some(Unframed::NoBuffer) => Err(Thrown::io(format!(
+                "dstl: writer {}: the JVM made no direct ByteBuffer over the batch",
                 self.writer.name()
             ))),
             Some(Unframed::TooLarge(len)) => Err(Thrown::argument(format!(
