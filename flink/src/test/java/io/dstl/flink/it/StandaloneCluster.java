@@ -7,6 +7,7 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -21,6 +22,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
 import java.util.stream.Collectors;
@@ -92,8 +94,8 @@ final class StandaloneCluster implements AutoCloseable {
             }
         }
         String cp = jars.stream().map(Path::toString).collect(Collectors.joining(java.io.File.pathSeparator));
-        int rpcPort = freePort();
-        int restPort = freePort();
+        int rpcPort = freePort(-1);
+        int restPort = freePort(rpcPort);
         StandaloneCluster c = new StandaloneCluster(workDir, cp, restPort);
         Files.createDirectories(c.confDir);
         Files.createDirectories(c.logDir);
@@ -408,10 +410,39 @@ final class StandaloneCluster implements AutoCloseable {
         return s.length() > 2000 ? s.substring(0, 2000) + "..." : s;
     }
 
-    static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            s.setReuseAddress(true);
-            return s.getLocalPort();
+    /**
+     * A free loopback port other than {@code except}, below the kernel's ephemeral range. The
+     * JobManager binds its REST port only after its RPC port, while the TaskManagers already
+     * connect; a port from the ephemeral range can meanwhile become the local end of one of
+     * those connections, and the JobManager then fails with a BindException.
+     */
+    static int freePort(int except) throws IOException {
+        int below = 32768;
+        try {
+            String[] range = Files.readString(Path.of("/proc/sys/net/ipv4/ip_local_port_range")).trim().split("\\s+");
+            below = Integer.parseInt(range[0]);
+        } catch (IOException | RuntimeException e) {
+            // Not Linux, or an unreadable range: keep the usual lower bound.
         }
+        // Above the block Seaweed picks its ports from (21000..23000).
+        int low = 24000;
+        if (below - low < 1000) {
+            try (ServerSocket s = new ServerSocket(0)) {
+                return s.getLocalPort();
+            }
+        }
+        for (int attempt = 0; attempt < 1000; attempt++) {
+            int p = low + ThreadLocalRandom.current().nextInt(below - low);
+            if (p == except) {
+                continue;
+            }
+            try (ServerSocket s = new ServerSocket()) {
+                s.bind(new InetSocketAddress("127.0.0.1", p));
+                return p;
+            } catch (IOException e) {
+                // Taken; try another.
+            }
+        }
+        throw new IOException("no free port in " + low + ".." + below);
     }
 }
