@@ -31,6 +31,11 @@
 #                   --materialize-interval '5 s' --conf state.changelog.dstl.dfs.compression.enabled=true
 #                   (see ChangelogStorageBench for the list)
 #
+# CPU columns: the process's CPU time (all threads, user and system) per record in the steady
+# window (warm-up to failure, read inside the JVM), per million records over the whole run
+# (which includes the restore: a storage that logged more records before the failure replays
+# more), and the restore's CPU per GB of restored state.
+#
 # Every run is a fresh JVM (a MiniCluster: one TaskManager with 2 slots, parallelism 2) with a
 # fresh state directory that is deleted afterwards. The dstl storage is loaded from
 # ${CARGO_TARGET_DIR:-target}/flink/dstl-flink.jar, put on the classpath because a MiniCluster
@@ -254,7 +259,9 @@ tick = int(sys.argv[6])
 capacity = float(wall) * os.cpu_count()
 busy = int(sys.argv[5]) / tick
 res.update(round=int(sys.argv[2]), state_dir_bytes_after_exit=int(sys.argv[3]), process_wall_s=float(wall),
-           process_cpu_s=round(cpu, 2), time_max_rss_mb=round(int(max_rss_kb) / 1024, 1),
+           process_cpu_s=round(cpu, 2),
+           cpu_s_per_m_records=round(cpu / max(1, res["records_total"]) * 1e6, 3),
+           time_max_rss_mb=round(int(max_rss_kb) / 1024, 1),
            other_cpu_pct=round(max(0.0, busy - cpu) / capacity * 100, 1),
            steal_cpu_pct=round(int(sys.argv[7]) / tick / capacity * 100, 1))
 print(json.dumps(res))
@@ -312,6 +319,9 @@ cols = [  # key, header, format
     ("checkpoint_async_p99_ms", "async p99 ms", "{:.0f}"),
     ("restore_ms", "restore ms", "{:,.0f}"),
     ("restore_mb_per_s", "restore MB/s", "{:.1f}"),
+    ("steady_cpu_us_per_record", "CPU us/rec steady", "{:.2f}"),
+    ("cpu_s_per_m_records", "CPU s/M rec run", "{:.2f}"),
+    ("restore_cpu_s_per_gb", "restore CPU s/GB", "{:.1f}"),
     ("peak_rss_mb", "peak RSS MB", "{:,.0f}"),
     ("other_cpu_pct", "other CPU %", "{:.1f}"),
 ]
@@ -349,9 +359,12 @@ if "dstl" in by and "filesystem" in by and by["dstl"] and by["filesystem"]:
     t = med("dstl", "records_per_s") / med("filesystem", "records_per_s")
     p = med("dstl", "checkpoint_p99_ms") / max(1e-9, med("filesystem", "checkpoint_p99_ms"))
     rs = med("dstl", "restore_ms") / max(1e-9, med("filesystem", "restore_ms"))
+    c = med("dstl", "steady_cpu_us_per_record") / max(1e-9, med("filesystem", "steady_cpu_us_per_record"))
+    w = med("dstl", "cpu_s_per_m_records") / max(1e-9, med("filesystem", "cpu_s_per_m_records"))
     print()
     print("dstl/filesystem: throughput x{:.2f} (higher is better), checkpoint p99 x{:.2f}, "
-          "restore x{:.2f} (lower is better)".format(t, p, rs))
+          "restore x{:.2f}, CPU per record steady x{:.2f}, whole run x{:.2f} (lower is better)"
+          .format(t, p, rs, c, w))
 # A restored backend finds state for (nearly) every key after the restore; one that came back
 # empty finds it for about 1 in 5 of the first keys/2 records. Short runs land in between
 # because not every key was written before the restored checkpoint.

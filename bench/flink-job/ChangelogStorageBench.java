@@ -81,6 +81,16 @@ import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
  * acknowledgement latency.
  */
 public final class ChangelogStorageBench {
+    /** CPU time of this process so far (every thread, user and system), in nanoseconds. */
+    private static long processCpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime();
+    }
+
+    private static double perRecordMicros(long cpuNanos, long records) {
+        return records <= 0 ? 0.0 : cpuNanos / 1e3 / records;
+    }
+
     private static final String OPERATOR_NAME = "state-updater";
 
     private ChangelogStorageBench() {}
@@ -204,10 +214,12 @@ public final class ChangelogStorageBench {
         long warmupNanos = System.nanoTime();
         long warmupWallMs = System.currentTimeMillis();
         long warmupCount = Probe.PROCESSED.sum();
+        long warmupCpu = processCpuNanos();
 
         sleepUntil(cluster, jobId, t0 + (long) (durationNanos * o.failAtFraction));
         long failNanos = System.nanoTime();
         long failCount = Probe.PROCESSED.sum();
+        long failCpu = processCpuNanos();
         Probe.failRequested = true;
 
         long restoreDeadline = Math.max(t0 + durationNanos, failNanos)
@@ -226,9 +238,11 @@ public final class ChangelogStorageBench {
             Thread.sleep(1);
         }
         long restoredCount = Probe.PROCESSED.sum();
+        long restoredCpu = processCpuNanos();
         sleepUntil(cluster, jobId, t0 + durationNanos);
         long endNanos = System.nanoTime();
         long endCount = Probe.PROCESSED.sum();
+        long endCpu = processCpuNanos();
 
         CheckpointStatsSnapshot stats =
                 cluster.getExecutionGraph(jobId).get(30, TimeUnit.SECONDS).getCheckpointStatsSnapshot();
@@ -273,6 +287,13 @@ public final class ChangelogStorageBench {
         field(j, "records_per_s", rate(failCount - warmupCount, failNanos - warmupNanos));
         field(j, "records_per_s_after_restore", rate(endCount - restoredCount, endNanos - restoredAt));
         field(j, "records_total", endCount);
+        // The process's CPU time (every thread, user and system) per record in the steady
+        // window and after the restore, and spent on the restore itself. The whole run's CPU
+        // per record (the script's process_cpu_s / records_total) also holds the restore,
+        // whose size grows with the records logged before the failure.
+        field(j, "steady_cpu_us_per_record", perRecordMicros(failCpu - warmupCpu, failCount - warmupCount));
+        field(j, "after_restore_cpu_us_per_record", perRecordMicros(endCpu - restoredCpu, endCount - restoredCount));
+        field(j, "restore_cpu_s", (restoredCpu - failCpu) / 1e9);
         field(j, "checkpoints_measured", e2e.size());
         field(j, "checkpoints_completed_total", stats.getCounts().getNumberOfCompletedCheckpoints());
         field(j, "checkpoints_failed_total", stats.getCounts().getNumberOfFailedCheckpoints());
@@ -294,6 +315,8 @@ public final class ChangelogStorageBench {
         field(j, "restored_state_bytes", restoredBytes);
         field(j, "restore_mb_per_s", stateReadyAt == 0 ? 0.0
                 : restoredBytes / 1e6 / ((stateReadyAt - failedAt) / 1e9));
+        // The restore's CPU per restored byte: what compares runs whose restores read different amounts.
+        field(j, "restore_cpu_s_per_gb", restoredBytes == 0 ? 0.0 : (restoredCpu - failCpu) / 1e9 / (restoredBytes / 1e9));
         field(j, "restore_state_hit_ratio", seen == 0 ? 0.0 : (double) Probe.RESTORED_HITS.sum() / seen);
         field(j, "jvm_max_heap_mb", Runtime.getRuntime().maxMemory() / (1024 * 1024));
         // The RSS is mostly Java heap; these tell how much of it is, and how much GC the
