@@ -29,6 +29,8 @@
 #   -- ...          passed to the job as is, e.g. -- --keys 1000000 --value-bytes 200
 #                   --records-per-second 150000 (both storages then log the same changes)
 #                   --materialize-interval '5 s' --conf state.changelog.dstl.dfs.compression.enabled=true
+#                   --fail-at-records 12000000 (the failure after as many records for every
+#                   storage, so their restores replay the same changelog)
 #                   (see ChangelogStorageBench for the list)
 #
 # CPU columns: the process's CPU time (all threads, user and system) per record in the steady

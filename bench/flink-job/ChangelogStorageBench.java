@@ -57,7 +57,9 @@ import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
  * <ul>
  *   <li>[t0, warmup): JIT and allocation warm-up; nothing from here is reported.
  *   <li>[warmup, fail): the steady window for {@code records_per_s}.
- *   <li>fail ({@code --fail-at} of the duration): the first subtask to see the request throws;
+ *   <li>fail ({@code --fail-at} of the duration, or once {@code --fail-at-records} records are
+ *       processed, so that storages of different speeds restore the same changelog): the first
+ *       subtask to see the request throws;
  *       the job restarts from its latest completed checkpoint (fixed-delay restart, 0 ms delay,
  *       so the restore time contains no arbitrary back-off).
  *   <li>restore: {@code restore_ms} runs from the throw to the moment every stateful subtask has
@@ -216,7 +218,11 @@ public final class ChangelogStorageBench {
         long warmupCount = Probe.PROCESSED.sum();
         long warmupCpu = processCpuNanos();
 
-        sleepUntil(cluster, jobId, t0 + (long) (durationNanos * o.failAtFraction));
+        if (o.failAtRecords > 0) {
+            awaitRecords(cluster, jobId, warmupCount, o.failAtRecords, t0 + durationNanos);
+        } else {
+            sleepUntil(cluster, jobId, t0 + (long) (durationNanos * o.failAtFraction));
+        }
         long failNanos = System.nanoTime();
         long failCount = Probe.PROCESSED.sum();
         long failCpu = processCpuNanos();
@@ -287,6 +293,7 @@ public final class ChangelogStorageBench {
         field(j, "records_per_s", rate(failCount - warmupCount, failNanos - warmupNanos));
         field(j, "records_per_s_after_restore", rate(endCount - restoredCount, endNanos - restoredAt));
         field(j, "records_total", endCount);
+        field(j, "records_before_failure", failCount);
         // The process's CPU time (every thread, user and system) per record in the steady
         // window and after the restore, and spent on the restore itself. The whole run's CPU
         // per record (the script's process_cpu_s / records_total) also holds the restore,
@@ -352,6 +359,30 @@ public final class ChangelogStorageBench {
         while ((now = System.nanoTime()) < deadlineNanos) {
             ensureRunning(cluster, jobId);
             Thread.sleep(Math.max(1, Math.min(200, (deadlineNanos - now) / 1_000_000)));
+        }
+    }
+
+    /**
+     * Waits until the stateful operator has processed {@code records} records, so runs of
+     * different storages fail with the same changelog behind them and restore the same state.
+     */
+    private static void awaitRecords(MiniCluster cluster, JobID jobId, long warmupCount, long records,
+            long deadlineNanos) throws Exception {
+        if (warmupCount >= records) {
+            throw new IllegalStateException("--fail-at-records " + records + " was reached during the warm-up ("
+                    + warmupCount + " records): ask for more records or a shorter --warmup");
+        }
+        long nextStatusCheck = 0;
+        while (Probe.PROCESSED.sum() < records) {
+            if (System.nanoTime() > deadlineNanos) {
+                throw new IllegalStateException("--fail-at-records " + records + " was not reached within the run ("
+                        + Probe.PROCESSED.sum() + " records): ask for fewer records or a longer --duration");
+            }
+            if (System.nanoTime() > nextStatusCheck) {
+                ensureRunning(cluster, jobId);
+                nextStatusCheck = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(200);
+            }
+            Thread.sleep(1);
         }
     }
 
@@ -457,6 +488,8 @@ public final class ChangelogStorageBench {
         long checkpointIntervalMs = 1000;
         double warmupFraction = 0.2;
         double failAtFraction = 0.6;
+        /** The failure after this many records instead of at --fail-at; 0: at --fail-at. */
+        long failAtRecords;
         String materializeInterval;
         int restoreTimeoutS = 120;
         /** Records per second of the whole source; 0: as fast as the job takes them. */
@@ -481,6 +514,7 @@ public final class ChangelogStorageBench {
                     case "--checkpoint-interval-ms": o.checkpointIntervalMs = Long.parseLong(v); break;
                     case "--warmup": o.warmupFraction = Double.parseDouble(v); break;
                     case "--fail-at": o.failAtFraction = Double.parseDouble(v); break;
+                    case "--fail-at-records": o.failAtRecords = Long.parseLong(v); break;
                     case "--materialize-interval": o.materializeInterval = v; break;
                     case "--restore-timeout": o.restoreTimeoutS = Integer.parseInt(v); break;
                     case "--records-per-second": o.recordsPerSecond = Double.parseDouble(v); break;
@@ -505,6 +539,9 @@ public final class ChangelogStorageBench {
                     && o.failAtFraction < 1)) {
                 throw usage("need 0 <= --warmup < --fail-at < 1");
             }
+            if (o.failAtRecords < 0) {
+                throw usage("--fail-at-records wants a positive count, got " + o.failAtRecords);
+            }
             return o;
         }
 
@@ -512,7 +549,7 @@ public final class ChangelogStorageBench {
             return new IllegalArgumentException(problem + "\nusage: ChangelogStorageBench"
                     + " --storage NAME --base-dir DIR [--duration S] [--parallelism N]"
                     + " [--keys N] [--value-bytes N] [--checkpoint-interval-ms MS]"
-                    + " [--warmup FRACTION] [--fail-at FRACTION] [--materialize-interval DURATION]"
+                    + " [--warmup FRACTION] [--fail-at FRACTION | --fail-at-records N] [--materialize-interval DURATION]"
                     + " [--restore-timeout S] [--records-per-second N] [--conf key=value]...");
         }
     }
