@@ -540,7 +540,7 @@ public final class ChangelogStorageBench {
                 throw usage("need 0 <= --warmup < --fail-at < 1");
             }
             if (o.failAtRecords < 0) {
-                throw usage("--fail-at-records wants a positive count, got " + o.failAtRecords);
+                throw usage("--fail-at-records wants a number of records (0: fail at --fail-at), got " + o.failAtRecords);
             }
             return o;
         }
