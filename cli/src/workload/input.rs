@@ -1,7 +1,9 @@
 //! The operators' input, at the cost of the Flink harness's: each value is copied from a
 //! seeded, pre-generated random pool at an offset derived from the change's index, with
 //! the index in its first 8 bytes, and key group `index % key_groups`. Regenerable from
-//! the seed for verification.
+//! the seed for verification. The copy from the pool goes straight into the writer's
+//! sandbox ([`dstl::Writer::append_placed`]), as an embedder that writes each value
+//! where the writer keeps it does: the only copy before the file's.
 
 use std::ops::Range;
 
@@ -53,15 +55,21 @@ impl<'a> Changes<'a> {
 
     /// Appends the value of change `index` to `out`.
     pub fn value_into(&self, index: u64, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + self.size, 0);
+        self.write_value(index, &mut out[start..]);
+    }
+
+    /// Writes the value of change `index` into `out`, exactly its size.
+    pub fn write_value(&self, index: u64, out: &mut [u8]) {
         let offset = (index
             .wrapping_mul(8191)
             .wrapping_add(self.writer.wrapping_mul(131)) as usize)
             & self.pool.mask;
-        let start = out.len();
-        out.extend_from_slice(&self.pool.bytes[offset..offset + self.size]);
+        out.copy_from_slice(&self.pool.bytes[offset..offset + self.size]);
         let tag = index.to_be_bytes();
         let n = self.size.min(8);
-        out[start..start + n].copy_from_slice(&tag[..n]);
+        out[..n].copy_from_slice(&tag[..n]);
     }
 
     /// Change `index`: its key group and value.
@@ -72,17 +80,17 @@ impl<'a> Changes<'a> {
     }
 }
 
-/// Changes as packed columns, the shape `append_batch` takes.
+/// The key groups and lengths of a batch of changes, whose values are written into the
+/// writer's sandbox during the call that appends them.
 #[derive(Default)]
-pub(crate) struct PackedBatch {
+pub(crate) struct PlacedBatch {
     key_groups: Vec<i32>,
     lengths: Vec<u32>,
-    data: Vec<u8>,
 }
 
-impl PackedBatch {
-    /// Packs changes `indexes` of `source` in place of the previous ones and appends them
-    /// to `writer` in one call.
+impl PlacedBatch {
+    /// Appends changes `indexes` of `source` to `writer` in one call, each value copied
+    /// from the pool to the place the writer gives it.
     pub fn append(
         &mut self,
         source: &Changes<'_>,
@@ -91,13 +99,21 @@ impl PackedBatch {
     ) -> Result<(), dstl::Error> {
         self.key_groups.clear();
         self.lengths.clear();
-        self.data.clear();
-        for index in indexes {
+        for index in indexes.clone() {
             self.key_groups.push(source.key_group(index));
             self.lengths.push(source.size as u32);
-            source.value_into(index, &mut self.data);
         }
-        writer.append_batch(&self.key_groups, &self.lengths, &self.data)
+        writer.append_placed(&self.key_groups, &self.lengths, |bytes, offsets| {
+            for (index, &at) in indexes.zip(offsets) {
+                let at = at as usize;
+                match bytes.get_mut(at..at + source.size) {
+                    Some(place) => source.write_value(index, place),
+                    // Not a place for this value: the writer refuses the batch by name.
+                    None => return false,
+                }
+            }
+            true
+        })
     }
 }
 

@@ -20,7 +20,7 @@ pub mod recovery;
 mod retention;
 
 pub use density::{Density, density};
-use input::{Changes, PackedBatch, Pool};
+use input::{Changes, PlacedBatch, Pool};
 pub use measure::{current_rss_mb, direct_baseline_mb_per_s, disk_baseline_mb_per_s, peak_rss_mb};
 use retention::Retention;
 
@@ -519,7 +519,7 @@ fn run_writer(
         },
     };
     let mut pending: VecDeque<Pending> = VecDeque::new();
-    let mut batch = PackedBatch::default();
+    let mut batch = PlacedBatch::default();
     let mut done = 0u64;
     let mut since_checkpoint = 0u64;
     let mut checkpoint = 0i64;

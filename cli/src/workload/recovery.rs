@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use super::input::{Changes, PackedBatch, Pool};
+use super::input::{Changes, PlacedBatch, Pool};
 use dstl::recovery::reader::{digest, read_handle};
 use dstl::store::FileSource;
 use dstl::{ChangelogHandle, ChangelogStorage, KeyGroupRange};
@@ -120,7 +120,7 @@ fn write_one(
     let source = Changes::new(pool, index, key_groups, workload.change_size);
     let mut snapshots = Vec::new();
     let mut appended: Vec<(i32, Vec<u8>)> = Vec::new();
-    let mut batch = PackedBatch::default();
+    let mut batch = PlacedBatch::default();
     let mut done = 0;
     let mut checkpoint = 0i64;
     while done < workload.changes {
