@@ -89,9 +89,36 @@ pub(crate) struct PlacedBatch {
 }
 
 impl PlacedBatch {
-    /// Appends changes `indexes` of `source` to `writer` in one call, each value copied
-    /// from the pool to the place the writer gives it.
+    /// Appends changes `indexes` of `source` to `writer`, each value copied from the pool
+    /// to the place the writer gives it, in as many calls as the writer's budget asks
+    /// ([`dstl::Writer::budget`]): a batch ends where the writer would upload
+    /// pre-emptively had it taken the changes one by one, so uploads start at the same
+    /// change as in Flink's writer.
     pub fn append(
+        &mut self,
+        source: &Changes<'_>,
+        indexes: Range<u64>,
+        writer: &dstl::Writer,
+    ) -> Result<(), dstl::Error> {
+        let mut next = indexes.start;
+        while next < indexes.end {
+            let budget = writer.budget();
+            // The change that brings the batch to the budget's bytes is the batch's last.
+            let by_bytes = match source.size as u64 {
+                0 => u64::MAX,
+                size => budget.bytes.div_ceil(size),
+            };
+            let n = (indexes.end - next)
+                .min(u64::from(budget.changes))
+                .min(by_bytes)
+                .max(1);
+            self.append_one_call(source, next..next + n, writer)?;
+            next += n;
+        }
+        Ok(())
+    }
+
+    fn append_one_call(
         &mut self,
         source: &Changes<'_>,
         indexes: Range<u64>,
