@@ -293,6 +293,84 @@ fn batches_placed_by_the_caller_are_checked_whole_and_read_back_in_order() {
 }
 
 #[test]
+fn owned_values_keep_their_order_among_copied_ones_and_are_checked_alike() {
+    let (_tmp, storage) = open_temp(&[]);
+    let w = storage.create_writer("op", RANGE).unwrap();
+    let (ok, other) = (RANGE.start, RANGE.end);
+    for key_group in [-1, RANGE.start - 1, RANGE.end + 1] {
+        let e = writer_error_for("append_owned", w.append_owned(key_group, vec![1u8]));
+        let WriterError::InvalidArgument(message) = &e else {
+            panic!("append_owned to key group {key_group}: {e:?}")
+        };
+        assert!(
+            message.to_string().contains(&key_group.to_string()),
+            "{message}"
+        );
+    }
+    nothing_appended(&w, 0);
+
+    // Owned and copied values interleaved (each switch hands the other kind over first),
+    // a value large enough to go alone, metadata, and enough owned values that the
+    // budget hands them over on its own; the persist takes the rest along.
+    let from = w.next_sequence_number().unwrap();
+    let mut expected: Vec<(i32, Vec<u8>)> = Vec::new();
+    let mut owned = |key_group: i32, value: Vec<u8>| {
+        w.append_owned(key_group, value.clone()).unwrap();
+        expected.push((key_group, value));
+    };
+    owned(ok, b"o1".to_vec());
+    owned(other, Vec::new());
+    w.append(ok, b"c1").unwrap();
+    owned(other, vec![7u8; 300 << 10]);
+    owned(ok, b"o2".to_vec());
+    w.append_meta(b"meta").unwrap();
+    for i in 0..5000u32 {
+        owned(ok + (i % 3) as i32, i.to_be_bytes().to_vec());
+    }
+    let expected_ok: Vec<Vec<u8>> = {
+        let mut values: Vec<Vec<u8>> = vec![b"o1".to_vec(), b"c1".to_vec(), b"o2".to_vec()];
+        values.extend(
+            expected
+                .iter()
+                .skip(4)
+                .filter(|(k, _)| *k == ok)
+                .map(|(_, v)| v.clone()),
+        );
+        values
+    };
+    let snapshot = w.persist(from, 1).unwrap().wait().unwrap();
+    let read = changes(&storage, &snapshot.remote);
+    let of = |key_group: i32| -> Vec<Vec<u8>> {
+        read.iter()
+            .filter(|(k, _)| *k == key_group)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(of(-1), [b"meta".to_vec()]);
+    assert_eq!(of(ok), expected_ok);
+    let owned_of = |key_group: i32| -> Vec<Vec<u8>> {
+        expected
+            .iter()
+            .filter(|(k, _)| *k == key_group)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(of(other), owned_of(other));
+    assert_eq!(of(ok + 1), owned_of(ok + 1));
+    assert_eq!(of(ok + 1).len(), 1667);
+    assert_eq!(read.len(), 2 + 1 + 1 + 5000 + 1 + 1);
+
+    w.close().unwrap();
+    assert!(
+        matches!(
+            writer_error_for("after close", w.append_owned(ok, vec![1u8])),
+            WriterError::Closed(_)
+        ),
+        "after close"
+    );
+}
+
+#[test]
 fn single_appends_with_bad_key_groups_are_rejected() {
     let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();

@@ -196,23 +196,68 @@ impl WriterCore {
         }
     }
 
-    /// Hands buffered appends to the guest as one packed batch.
+    /// Hands buffered appends to the guest, as any call does: upload outcomes that
+    /// arrived first are delivered first.
+    pub fn hand_over(&self, state: &mut WriterState) -> Result<(), Error> {
+        let _span = self.span.enter();
+        self.drain(state);
+        let result = self.flush(state);
+        self.drain(state);
+        result
+    }
+
+    /// Hands buffered appends to the guest as one batch.
     pub fn flush(&self, state: &mut WriterState) -> Result<(), Error> {
         if state.book.buffer.is_empty() {
             return Ok(());
         }
-        self.with_buffer(state, |state, batch| self.append_batch(state, batch))
+        self.with_buffer(state, |state, buffer| {
+            if buffer.holds_owned() {
+                self.with_owned(buffer, |placing| {
+                    self.append_placed(state, &buffer.key_groups, &buffer.lengths, placing)
+                })
+            } else {
+                self.append_batch(state, buffer.packed())
+            }
+        })
+    }
+
+    /// A persist that takes the buffered appends along.
+    pub fn persist_buffered(
+        &self,
+        state: &mut WriterState,
+        from: u64,
+        checkpoint: i64,
+    ) -> Result<PersistFuture, Error> {
+        self.with_buffer(state, |state, buffer| {
+            if buffer.holds_owned() {
+                self.with_owned(buffer, |placing| {
+                    let (key_groups, lengths) = (&buffer.key_groups, &buffer.lengths);
+                    self.persist_placed(state, key_groups, lengths, placing, from, checkpoint)
+                })
+            } else {
+                self.persist(state, buffer.packed(), from, checkpoint)
+            }
+        })
+    }
+
+    /// Runs `call` with the placing of `buffer`'s owned values, checked as any placed
+    /// batch is.
+    fn with_owned<R>(&self, buffer: &AppendBuffer, call: impl FnOnce(Placing<'_>) -> R) -> R {
+        let mut place = |out: &mut [u8], offsets: &[u32]| buffer.place_owned(out, offsets);
+        let check = |data: &[u8]| self.config.check_framed(data);
+        call(Placing::new(&mut place, &check))
     }
 
     /// Runs `call` on the buffered appends, taken out of `state`; the buffer's allocations
     /// are kept for the next batch.
-    pub fn with_buffer<R>(
+    fn with_buffer<R>(
         &self,
         state: &mut WriterState,
-        call: impl FnOnce(&mut WriterState, Packed<'_>) -> Result<R, Error>,
+        call: impl FnOnce(&mut WriterState, &AppendBuffer) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let mut buffer = std::mem::take(&mut state.book.buffer);
-        let result = call(state, buffer.packed());
+        let result = call(state, &buffer);
         buffer.clear();
         state.book.buffer = buffer;
         result

@@ -11,11 +11,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use dstl_proto::codec::META_KEY_GROUP;
 use dstl_proto::error::{Closed, Operation};
 use dstl_proto::handoff::{Append, Budget};
 use dstl_proto::types::{PersistCompletion, WriterConfig, WriterError};
 
+use self::buffer::AppendBuffer;
 use self::core::{Bookkeeping, WriterCore, WriterState};
 pub use self::persist::PersistFuture;
 use crate::error::Error;
@@ -174,20 +176,40 @@ impl Writer {
     /// upload failed) is reported by the call that hands the batch over.
     pub fn append(&self, key_group: i32, value: &[u8]) -> Result<(), Error> {
         let check = self.core.config.check_change(key_group, value.len());
-        self.buffered(key_group, value, Operation::Append, check)
+        self.buffered(key_group, Value::Copied(value), Operation::Append, check)
+    }
+
+    /// Appends a data change for `key_group` whose bytes the caller gives away: the
+    /// writer keeps `value` itself until it hands the batch over, and copies it then
+    /// straight into the sandbox. So the value is copied twice on its way to the file
+    /// (into the sandbox, out), where [`Writer::append`], which may only borrow the bytes
+    /// for the call, copies them once more into the host's buffer. A `Vec<u8>` or
+    /// `Bytes` turns into `Bytes` without a copy. Buffered, checked and reported as
+    /// [`Writer::append`]; appends of both kinds keep their order. Keeping a value costs
+    /// more than copying a small one: below about 1 KiB, [`Writer::append`] is faster
+    /// (BENCHMARKS.md, "Owned values").
+    pub fn append_owned(&self, key_group: i32, value: impl Into<Bytes>) -> Result<(), Error> {
+        let value = value.into();
+        let check = self.core.config.check_change(key_group, value.len());
+        self.buffered(key_group, Value::Owned(value), Operation::Append, check)
     }
 
     /// Appends a metadata change (buffered like [`Writer::append`]).
     pub fn append_meta(&self, value: &[u8]) -> Result<(), Error> {
         let check = WriterConfig::check_length(value.len());
-        self.buffered(META_KEY_GROUP, value, Operation::AppendMeta, check)
+        self.buffered(
+            META_KEY_GROUP,
+            Value::Copied(value),
+            Operation::AppendMeta,
+            check,
+        )
     }
 
     /// Checks in the guest's order: a failed or closed writer first, then `check`.
     fn buffered(
         &self,
         key_group: i32,
-        value: &[u8],
+        value: Value<'_>,
         operation: Operation,
         check: Result<(), WriterError>,
     ) -> Result<(), Error> {
@@ -200,24 +222,38 @@ impl Writer {
             return Err(core.writer_error(WriterError::Closed(Closed::AfterClose(operation))));
         }
         check.map_err(|e| core.writer_error(e))?;
+        if state
+            .book
+            .buffer
+            .holds_other_kind(matches!(value, Value::Owned(_)))
+        {
+            // What is buffered goes first, so the order of appends holds.
+            core.hand_over(&mut state)?;
+        }
         match state.book.hand_off.append(value.len()) {
             Append::Alone => {
                 drop(state);
                 // Large values gain nothing from batching: hand them over directly.
-                return self.append_batch(&[key_group], &[value.len() as u32], value);
+                let length = [value.len() as u32];
+                return match value {
+                    Value::Copied(value) => self.append_batch(&[key_group], &length, value),
+                    Value::Owned(value) => {
+                        self.append_placed(&[key_group], &length, |out, offsets| {
+                            let at = offsets[0] as usize;
+                            out.get_mut(at..at + value.len())
+                                .map(|place| place.copy_from_slice(&value))
+                                .is_some()
+                        })
+                    }
+                };
             }
             Append::Buffer => {
-                state.book.buffer.push(key_group, value);
+                value.push_to(&mut state.book.buffer, key_group);
                 return Ok(());
             }
-            Append::BufferAndHandOver => state.book.buffer.push(key_group, value),
+            Append::BufferAndHandOver => value.push_to(&mut state.book.buffer, key_group),
         }
-        // As for any call: upload outcomes that arrived first are delivered first.
-        let _span = core.span.enter();
-        core.drain(&mut state);
-        let result = core.flush(&mut state);
-        core.drain(&mut state);
-        result
+        core.hand_over(&mut state)
     }
 
     /// Appends many changes at once as packed columns: `lengths[i]` bytes of `data`
@@ -352,9 +388,7 @@ impl Writer {
     ) -> Result<PersistFuture, Error> {
         let started = Instant::now();
         let result = self.locked(|core, state| match batch {
-            None => core.with_buffer(state, |state, buffered| {
-                core.persist(state, buffered, from, checkpoint)
-            }),
+            None => core.persist_buffered(state, from, checkpoint),
             Some(batch) => {
                 core.flush(state)?;
                 core.persist(state, batch, from, checkpoint)
@@ -492,6 +526,29 @@ impl Drop for Writer {
 }
 
 /// `place` as an `FnMut` (the lowering holds it as one), false when called again.
+/// A value for the append buffer: borrowed for the call (copied into the buffer), or
+/// given away (kept as it is).
+enum Value<'a> {
+    Copied(&'a [u8]),
+    Owned(Bytes),
+}
+
+impl Value<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Value::Copied(value) => value.len(),
+            Value::Owned(value) => value.len(),
+        }
+    }
+
+    fn push_to(self, buffer: &mut AppendBuffer, key_group: i32) {
+        match self {
+            Value::Copied(value) => buffer.push(key_group, value),
+            Value::Owned(value) => buffer.push_owned(key_group, value),
+        }
+    }
+}
+
 fn once(place: impl FnOnce(&mut [u8], &[u32]) -> bool) -> impl FnMut(&mut [u8], &[u32]) -> bool {
     let mut place = Some(place);
     move |out, offsets| place.take().is_some_and(|place| place(out, offsets))
