@@ -265,12 +265,7 @@ fn batches_placed_by_the_caller_are_checked_whole_and_read_back_in_order() {
         .wait()
         .unwrap();
     let read = changes(&storage, &snapshot.remote);
-    let of = |key_group: i32| -> Vec<Vec<u8>> {
-        read.iter()
-            .filter(|(k, _)| *k == key_group)
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
+    let of = |key_group: i32| values_of(&read, key_group);
     assert_eq!(of(-1), [b"meta".to_vec()]);
     assert_eq!(
         of(RANGE.end),
@@ -292,19 +287,37 @@ fn batches_placed_by_the_caller_are_checked_whole_and_read_back_in_order() {
     );
 }
 
+/// The values of `key_group` among `changes`, in their order.
+fn values_of(changes: &[(i32, Vec<u8>)], key_group: i32) -> Vec<Vec<u8>> {
+    changes
+        .iter()
+        .filter(|(k, _)| *k == key_group)
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// Asserts that `result` is the writer's `InvalidArgument` naming `key_group`.
+fn refused_naming_key_group(call: &str, key_group: i32, result: Result<(), Error>) {
+    let e = writer_error_for(call, result);
+    let WriterError::InvalidArgument(message) = &e else {
+        panic!("{call} to key group {key_group}: {e:?}")
+    };
+    assert!(
+        message.to_string().contains(&key_group.to_string()),
+        "the message names the key group: {message}"
+    );
+}
+
 #[test]
 fn owned_values_keep_their_order_among_copied_ones_and_are_checked_alike() {
     let (_tmp, storage) = open_temp(&[]);
     let w = storage.create_writer("op", RANGE).unwrap();
     let (ok, other) = (RANGE.start, RANGE.end);
     for key_group in [-1, RANGE.start - 1, RANGE.end + 1] {
-        let e = writer_error_for("append_owned", w.append_owned(key_group, vec![1u8]));
-        let WriterError::InvalidArgument(message) = &e else {
-            panic!("append_owned to key group {key_group}: {e:?}")
-        };
-        assert!(
-            message.to_string().contains(&key_group.to_string()),
-            "{message}"
+        refused_naming_key_group(
+            "append_owned",
+            key_group,
+            w.append_owned(key_group, vec![1u8]),
         );
     }
     nothing_appended(&w, 0);
@@ -329,32 +342,15 @@ fn owned_values_keep_their_order_among_copied_ones_and_are_checked_alike() {
     }
     let expected_ok: Vec<Vec<u8>> = {
         let mut values: Vec<Vec<u8>> = vec![b"o1".to_vec(), b"c1".to_vec(), b"o2".to_vec()];
-        values.extend(
-            expected
-                .iter()
-                .skip(4)
-                .filter(|(k, _)| *k == ok)
-                .map(|(_, v)| v.clone()),
-        );
+        values.extend(values_of(&expected[4..], ok));
         values
     };
     let snapshot = w.persist(from, 1).unwrap().wait().unwrap();
     let read = changes(&storage, &snapshot.remote);
-    let of = |key_group: i32| -> Vec<Vec<u8>> {
-        read.iter()
-            .filter(|(k, _)| *k == key_group)
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
+    let of = |key_group: i32| values_of(&read, key_group);
     assert_eq!(of(-1), [b"meta".to_vec()]);
     assert_eq!(of(ok), expected_ok);
-    let owned_of = |key_group: i32| -> Vec<Vec<u8>> {
-        expected
-            .iter()
-            .filter(|(k, _)| *k == key_group)
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
+    let owned_of = |key_group: i32| values_of(&expected, key_group);
     assert_eq!(of(other), owned_of(other));
     assert_eq!(of(ok + 1), owned_of(ok + 1));
     assert_eq!(of(ok + 1).len(), 1667);
@@ -384,14 +380,7 @@ fn single_appends_with_bad_key_groups_are_rejected() {
         i32::MAX,
         0,
     ] {
-        let e = writer_error_for("append", w.append(key_group, b"x"));
-        let WriterError::InvalidArgument(message) = &e else {
-            panic!("append to key group {key_group}: {e:?}")
-        };
-        assert!(
-            message.to_string().contains(&key_group.to_string()),
-            "the message names the key group: {message}"
-        );
+        refused_naming_key_group("append", key_group, w.append(key_group, b"x"));
     }
     nothing_appended(&w, 0);
     assert_eq!(store_entries(&storage), before);
