@@ -239,8 +239,8 @@ impl Writer {
                     Value::Copied(value) => self.append_batch(&[key_group], &length, value),
                     Value::Owned(value) => {
                         self.append_placed(&[key_group], &length, |out, offsets| {
-                            let at = offsets[0] as usize;
-                            out.get_mut(at..at + value.len())
+                            let at = offsets.first().map_or(usize::MAX, |&at| at as usize);
+                            out.get_mut(at..at.saturating_add(value.len()))
                                 .map(|place| place.copy_from_slice(&value))
                                 .is_some()
                         })
@@ -525,7 +525,6 @@ impl Drop for Writer {
     }
 }
 
-/// `place` as an `FnMut` (the lowering holds it as one), false when called again.
 /// A value for the append buffer: borrowed for the call (copied into the buffer), or
 /// given away (kept as it is).
 enum Value<'a> {
@@ -549,6 +548,7 @@ impl Value<'_> {
     }
 }
 
+/// `place` as an `FnMut` (the lowering holds it as one), false when called again.
 fn once(place: impl FnOnce(&mut [u8], &[u32]) -> bool) -> impl FnMut(&mut [u8], &[u32]) -> bool {
     let mut place = Some(place);
     move |out, offsets| place.take().is_some_and(|place| place(out, offsets))
