@@ -30,7 +30,11 @@ impl AppendBuffer {
 
     /// Keeps `value` itself. The buffer holds no copied values.
     pub fn push_owned(&mut self, key_group: i32, value: Bytes) {
-        debug_assert!(self.data.is_empty(), "copied values are handed over first");
+        debug_assert_eq!(
+            self.owned.len(),
+            self.key_groups.len(),
+            "copied values are handed over first"
+        );
         self.key_groups.push(key_group);
         self.lengths.push(value.len() as u32);
         self.owned.push(value);
@@ -57,17 +61,7 @@ impl AppendBuffer {
     /// Copies each owned value to its offset in `out`, the batch the host framed from
     /// these key groups and lengths; false if an offset does not fit.
     pub fn place_owned(&self, out: &mut [u8], offsets: &[u32]) -> bool {
-        if offsets.len() != self.owned.len() {
-            return false;
-        }
-        for (value, &at) in self.owned.iter().zip(offsets) {
-            let at = at as usize;
-            match out.get_mut(at..at + value.len()) {
-                Some(place) => place.copy_from_slice(value),
-                None => return false,
-            }
-        }
-        true
+        place_values(out, offsets, self.owned.iter().map(|value| &value[..]))
     }
 
     pub fn clear(&mut self) {
@@ -76,4 +70,24 @@ impl AppendBuffer {
         self.data.clear();
         self.owned.clear();
     }
+}
+
+/// Copies `values` to their `offsets` in `out`, a batch the host framed from their
+/// lengths; false if there are not as many offsets as values or an offset does not fit.
+pub(crate) fn place_values<'v>(
+    out: &mut [u8],
+    offsets: &[u32],
+    values: impl ExactSizeIterator<Item = &'v [u8]>,
+) -> bool {
+    if offsets.len() != values.len() {
+        return false;
+    }
+    for (value, &at) in values.zip(offsets) {
+        let at = at as usize;
+        match out.get_mut(at..at + value.len()) {
+            Some(place) => place.copy_from_slice(value),
+            None => return false,
+        }
+    }
+    true
 }

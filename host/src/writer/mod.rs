@@ -239,10 +239,7 @@ impl Writer {
                     Value::Copied(value) => self.append_batch(&[key_group], &length, value),
                     Value::Owned(value) => {
                         self.append_placed(&[key_group], &length, |out, offsets| {
-                            let at = offsets.first().map_or(usize::MAX, |&at| at as usize);
-                            out.get_mut(at..at.saturating_add(value.len()))
-                                .map(|place| place.copy_from_slice(&value))
-                                .is_some()
+                            buffer::place_values(out, offsets, std::iter::once(&value[..]))
                         })
                     }
                 };
